@@ -1,0 +1,126 @@
+"""Shared fixtures: real daemons in temporary state directories, and leak checks after each test."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import posix_ipc
+import pytest
+
+from cpumanager.client import CpuManagerClient
+from vmsched.config import Config, load_config
+from vmsched.protocol import DaemonUnavailable
+
+BIN = Path(sys.executable).parent
+REPO = Path(__file__).resolve().parents[1]
+
+
+def wait_for(predicate, timeout: float = 10.0, interval: float = 0.005, what: str = "condition"):
+    """Poll `predicate` until it returns a truthy value; fail the test with `what` on timeout."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(interval)
+
+
+class CpuManagerProcess:
+    """A real `vm-cpumanager` started as a subprocess on its own state directory."""
+
+    def __init__(self, state_dir: Path, cpus: str = "0-1", quantum_ms: float = 10.0, *extra: str) -> None:
+        self.state_dir = state_dir
+        self.cfg: Config = load_config(state_dir=state_dir)
+        self.args = [str(BIN / "vm-cpumanager"), "--state-dir", str(state_dir), "--cpus", cpus,
+                     "--quantum-ms", str(quantum_ms), *extra]  # fmt: skip
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> CpuManagerProcess:
+        self.proc = subprocess.Popen(self.args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        client = CpuManagerClient(self.cfg, timeout_s=1.0)
+
+        def up() -> bool:
+            if self.proc.poll() is not None:
+                pytest.fail(f"vm-cpumanager exited with {self.proc.returncode}: {self.proc.stderr.read()}")
+            try:
+                return client.call("ping")["pid"] == self.proc.pid
+            except DaemonUnavailable:
+                return False
+
+        wait_for(up, what="the CPU manager to answer")
+        client.close()
+        return self
+
+    def client(self) -> CpuManagerClient:
+        return CpuManagerClient(self.cfg, timeout_s=5.0)
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(sig)
+        self.proc.wait(timeout=10)
+
+    def stop(self) -> int:
+        if self.proc is None or self.proc.poll() is not None:
+            return self.proc.returncode if self.proc else 0
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            # Do not leak a hung daemon or its segment into the rest of the suite; fail loudly.
+            self.proc.kill()
+            self.proc.wait()
+            for name in (self.cfg.shm_name, self.cfg.lock_name):
+                for fn in (posix_ipc.unlink_shared_memory, posix_ipc.unlink_semaphore):
+                    try:
+                        fn(name)
+                    except posix_ipc.ExistentialError:
+                        pass
+            pytest.fail("vm-cpumanager did not stop on SIGTERM within 10 s")
+        finally:
+            self.proc.stderr.close()
+
+
+@pytest.fixture
+def cpumanager(tmp_path: Path) -> Iterator[CpuManagerProcess]:
+    cm = CpuManagerProcess(tmp_path / "state").start()
+    yield cm
+    cm.stop()
+
+
+@pytest.fixture
+def spawn() -> Iterator:
+    """Start plain processes for a test; every one is killed and reaped afterwards (by pid)."""
+    procs: list[subprocess.Popen] = []
+
+    def _spawn(*argv: str, **kw) -> subprocess.Popen:
+        p = subprocess.Popen(list(argv), **kw)
+        procs.append(p)
+        return p
+
+    yield _spawn
+    for p in procs:
+        if p.poll() is None:
+            os.kill(p.pid, signal.SIGCONT)
+            p.kill()
+        p.wait(timeout=10)
+
+
+def vmsched_shm_entries() -> set[str]:
+    return {n for n in os.listdir("/dev/shm") if n.startswith("vmsched.") or n.startswith("sem.vmsched.")}
+
+
+@pytest.fixture(autouse=True, scope="session")
+def no_leftover_shm() -> Iterator[None]:
+    """After the whole suite no shared-memory segment or semaphore of ours may remain."""
+    before = vmsched_shm_entries()
+    yield
+    leaked = vmsched_shm_entries() - before
+    assert not leaked, f"tests left shared memory behind: {sorted(leaked)}"

@@ -1,0 +1,58 @@
+"""Configuration: the documented file matches the embedded defaults; bad values are refused clearly."""
+
+from __future__ import annotations
+
+from dataclasses import fields
+from pathlib import Path
+
+import pytest
+
+from vmsched.config import Config, ConfigError, CpuManagerConfig, format_cpu_list, load_config, parse_cpu_list
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_documented_config_is_the_defaults(tmp_path):
+    documented = load_config(REPO / "systemd" / "vmsched.toml", state_dir=tmp_path)
+    assert documented.cpumanager == CpuManagerConfig()
+    text = (REPO / "systemd" / "vmsched.toml").read_text()
+    for f in fields(CpuManagerConfig):
+        assert f"\n{f.name} =" in text, f"option {f.name} is not documented in systemd/vmsched.toml"
+
+
+def test_precedence_and_instances(tmp_path, monkeypatch):
+    cfg_file = tmp_path / "c.toml"
+    cfg_file.write_text('[cpumanager]\nquantum_ms = 20\ncpus = "0-1"\n')
+    cfg = load_config(cfg_file, state_dir=tmp_path / "a", overrides={"cpumanager": {"quantum_ms": 5.0}})
+    assert cfg.cpumanager.quantum_ms == 5.0 and cfg.cpumanager.cpus == (0, 1)
+    monkeypatch.setenv("VMSCHED_STATE_DIR", str(tmp_path / "b"))
+    other = load_config()
+    assert other.state_dir == (tmp_path / "b").resolve()
+    assert other.shm_name != cfg.shm_name, "two state directories must not share shared memory"
+    assert isinstance(other, Config)
+
+
+@pytest.mark.parametrize(
+    "text, needle",
+    [
+        ("[cpumanager]\nreserve_cpu = 3\n", "must be true or false"),
+        ("[cpumanager]\nquantum_ms = 'fast'\n", "must be a number"),
+        ("[launcherx]\n", "unknown section"),
+        ("[cpumanager\n", "c.toml"),
+        ("[cpumanager]\ndefault_queue = 'lifo'\n", "default_queue must be"),
+    ],
+)
+def test_bad_config_values(tmp_path, text, needle):
+    (tmp_path / "c.toml").write_text(text)
+    with pytest.raises(ConfigError, match=needle):
+        load_config(tmp_path / "c.toml", state_dir=tmp_path)
+
+
+def test_cpu_lists():
+    assert parse_cpu_list("0-3,6, 8-9") == (0, 1, 2, 3, 6, 8, 9)
+    assert format_cpu_list([0, 1, 2, 3, 6, 8, 9]) == "0-3,6,8-9"
+    for bad in ("", "3-1", "a", "-1"):
+        with pytest.raises(ConfigError):
+            parse_cpu_list(bad)
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_config("/nonexistent/vmsched.toml")

@@ -1,0 +1,168 @@
+"""The one definition of vmsched's configuration: defaults, config file, environment, command line.
+
+Precedence (low to high): embedded defaults, the TOML config file (`--config`, else $VMSCHED_CONFIG,
+else `<state dir>/vmsched.toml` if present), environment ($VMSCHED_STATE_DIR), command-line options.
+Both daemons and every CLI read it the same way, so they agree on socket paths and shm names.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tomllib
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+
+class ConfigError(ValueError):
+    """A configuration value or file is wrong; the message says which and why."""
+
+
+def default_state_dir() -> Path:
+    env = os.environ.get("VMSCHED_STATE_DIR")
+    if env:
+        return Path(env).expanduser().resolve()
+    base = os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state"
+    return (Path(base) / "vmsched").resolve()
+
+
+def parse_cpu_list(text: str) -> tuple[int, ...]:
+    """'0-3,6,8-9' -> (0, 1, 2, 3, 6, 8, 9), as in taskset/cpuset lists."""
+    cpus: set[int] = set()
+    for part in text.replace(" ", "").split(","):
+        if not part:
+            continue
+        try:
+            if "-" in part:
+                lo, hi = (int(x) for x in part.split("-", 1))
+                if lo > hi:
+                    raise ValueError
+                cpus.update(range(lo, hi + 1))
+            else:
+                cpus.add(int(part))
+        except ValueError:
+            raise ConfigError(f"bad CPU list {text!r}: expected e.g. '0-3,6'") from None
+    if not cpus or min(cpus) < 0:
+        raise ConfigError(f"bad CPU list {text!r}: expected e.g. '0-3,6'")
+    return tuple(sorted(cpus))
+
+
+def format_cpu_list(cpus: tuple[int, ...] | list[int]) -> str:
+    """(0, 1, 2, 5) -> '0-2,5'."""
+    out: list[str] = []
+    s = sorted(cpus)
+    i = 0
+    while i < len(s):
+        j = i
+        while j + 1 < len(s) and s[j + 1] == s[j] + 1:
+            j += 1
+        out.append(str(s[i]) if i == j else f"{s[i]}-{s[j]}")
+        i = j + 1
+    return ",".join(out)
+
+
+@dataclass(frozen=True)
+class CpuManagerConfig:
+    cpus: tuple[int, ...] | None = None  # None: the CPUs of the daemon's own affinity mask
+    reserve_cpu: bool = False  # keep the first managed CPU for the daemons
+    quantum_ms: float = 10.0
+    repin_quanta: int = 100  # re-apply every rank's affinity this often even if nothing changed
+    lbd_threshold: float = 0.10  # IP below this -> local queues (thesis §4.4.4)
+    lbd_stable_change: float = 0.05  # CVCS relative change that counts as "stable"
+    lbd_stable_quanta: int = 10  # ... for this many consecutive quanta
+    lbd_ip_quanta: int = 50  # IP measured over this many quanta after stabilization
+    default_queue: str = "lbd"  # lbd | local | global
+
+
+@dataclass(frozen=True)
+class Config:
+    state_dir: Path = field(default_factory=default_state_dir)
+    cpumanager: CpuManagerConfig = field(default_factory=CpuManagerConfig)
+    source: str = "defaults"  # where the values came from, for status views
+
+    @property
+    def instance(self) -> str:
+        """Names the shared-memory segment and semaphores; unique per state directory."""
+        digest = hashlib.sha1(str(self.state_dir).encode()).hexdigest()[:10]
+        return f"vmsched.{digest}"
+
+    @property
+    def shm_name(self) -> str:
+        return f"/{self.instance}"
+
+    @property
+    def lock_name(self) -> str:
+        return f"/{self.instance}.lock"
+
+    @property
+    def cpumanager_socket(self) -> Path:
+        return self.state_dir / "cpumanager.sock"
+
+    @property
+    def cpumanager_log(self) -> Path:
+        return self.state_dir / "cpumanager.log"
+
+
+_SECTIONS = {"cpumanager": CpuManagerConfig}
+
+
+def _coerce(cls: type, section: str, values: dict[str, Any]) -> Any:
+    known = {f.name: f for f in fields(cls)}
+    kwargs: dict[str, Any] = {}
+    for key, value in values.items():
+        if key not in known:
+            raise ConfigError(f"unknown option [{section}] {key}; known: {', '.join(sorted(known))}")
+        default = getattr(cls(), key)
+        if key == "cpus":
+            value = parse_cpu_list(str(value)) if value not in (None, "", "all") else None
+        elif isinstance(default, bool):
+            if not isinstance(value, bool):
+                raise ConfigError(f"[{section}] {key} must be true or false, got {value!r}")
+        elif isinstance(default, int | float) and not isinstance(value, int | float):
+            raise ConfigError(f"[{section}] {key} must be a number, got {value!r}")
+        kwargs[key] = value
+    return cls(**kwargs)
+
+
+def load_config(
+    config_file: str | Path | None = None,
+    state_dir: str | Path | None = None,
+    overrides: dict[str, dict[str, Any]] | None = None,
+) -> Config:
+    """Build the configuration; `overrides` are command-line values per section."""
+    sdir = Path(state_dir).expanduser().resolve() if state_dir else default_state_dir()
+    path = config_file or os.environ.get("VMSCHED_CONFIG")
+    data: dict[str, Any] = {}
+    source = "defaults"
+    if not path and (sdir / "vmsched.toml").exists():
+        path = sdir / "vmsched.toml"
+    if path:
+        p = Path(path)
+        try:
+            data = tomllib.loads(p.read_text())
+        except FileNotFoundError:
+            raise ConfigError(f"config file {p} does not exist") from None
+        except tomllib.TOMLDecodeError as e:
+            raise ConfigError(f"config file {p}: {e}") from None
+        source = str(p)
+    if state_dir is None and "state_dir" in data:
+        sdir = Path(str(data["state_dir"])).expanduser().resolve()
+    sections: dict[str, Any] = {}
+    for key in data:
+        if key != "state_dir" and key not in _SECTIONS:
+            raise ConfigError(f"unknown section or option {key!r} in {source}")
+    for name, cls in _SECTIONS.items():
+        values = dict(data.get(name, {}))
+        values.update({k: v for k, v in (overrides or {}).get(name, {}).items() if v is not None})
+        sections[name] = _coerce(cls, name, values)
+    cfg = Config(state_dir=sdir, source=source, **sections)
+    if cfg.cpumanager.quantum_ms <= 0:
+        raise ConfigError("quantum_ms must be > 0")
+    if cfg.cpumanager.default_queue not in ("lbd", "local", "global"):
+        raise ConfigError("default_queue must be lbd, local or global")
+    return cfg
+
+
+def with_state_dir(cfg: Config, state_dir: Path) -> Config:
+    return replace(cfg, state_dir=state_dir.resolve())
