@@ -1,4 +1,4 @@
-"""The wire protocol of both daemons: one JSON object per request and per reply, over pyzmq REQ/REP on
+"""The wire protocol of both daemons: one JSON object per request and per reply, over pyzmq (REQ clients, a ROUTER in the daemon) on
 a Unix-domain socket (ipc://).
 
 Request: {"op": "<name>", ...arguments}.  Reply: {"ok": true, ...} or {"ok": false, "error": "..."}.
@@ -9,6 +9,7 @@ error from either daemon.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -73,18 +74,45 @@ def get_str(msg: dict[str, Any], key: str, choices: tuple[str, ...], default: st
     return value
 
 
+@dataclass(frozen=True)
+class Peer:
+    """Who sent a request: the kernel's SO_PEERCRED of the Unix-socket connection (not client-supplied)."""
+
+    uid: int
+    gid: int
+    pid: int
+
+
+def peer_credentials(frame: zmq.Frame) -> Peer | None:
+    # libzmq appends ":uid:gid:pid" from SO_PEERCRED to the peer address of ipc connections.
+    try:
+        uid, gid, pid = (int(x) for x in frame.get("Peer-Address").rsplit(":", 3)[1:])
+    except (ValueError, zmq.ZMQError, AttributeError):
+        return None
+    return Peer(uid, gid, pid)
+
+
 Handler = Callable[[dict[str, Any]], dict[str, Any]]
 
 
 def serve_one(sock: zmq.Socket, handlers: dict[str, Handler], on_error: Callable[[str], None]) -> None:
-    """Receive one request on a REP socket, dispatch it, always send one reply."""
+    """Receive one request on the ROUTER socket, dispatch it, send one reply to a REQ peer.
+
+    A ROUTER rather than a REP socket: a REP socket that got junk from a non-ZMTP peer was seen to
+    stop delivering later, legitimate requests; with ROUTER we see the envelope and drop what no
+    REQ client could have sent.
+    """
     try:
         # Non-blocking: a peer that connects and sends junk can wake the poller with nothing to read.
-        frames = sock.recv_multipart(zmq.NOBLOCK)
+        parts = sock.recv_multipart(zmq.NOBLOCK, copy=False)
     except zmq.Again:
         return
+    if len(parts) < 3 or parts[1].bytes != b"":
+        on_error("dropped a message without a REQ envelope")
+        return
     try:
-        msg = decode_request(frames)
+        msg = decode_request([p.bytes for p in parts[2:]])
+        msg["_peer"] = peer_credentials(parts[2])
         handler = handlers.get(msg["op"])
         if handler is None:
             raise ProtocolError(f"unknown op {msg['op']!r}; known: {', '.join(sorted(handlers))}")
@@ -92,13 +120,15 @@ def serve_one(sock: zmq.Socket, handlers: dict[str, Handler], on_error: Callable
     except ProtocolError as e:
         on_error(str(e))
         reply = {"ok": False, "error": str(e)}
-    sock.send(encode(reply))
+    sock.send_multipart([parts[0].bytes, b"", encode(reply)])
 
 
 def bind_rep(ctx: zmq.Context, path: Path) -> zmq.Socket:
-    sock = ctx.socket(zmq.REP)
+    """The daemon's request socket (a ROUTER that serves REQ clients, see `serve_one`)."""
+    sock = ctx.socket(zmq.ROUTER)
     sock.setsockopt(zmq.MAXMSGSIZE, ZMQ_MAX_MSG)
     sock.setsockopt(zmq.LINGER, 0)
+    sock.setsockopt(zmq.ROUTER_MANDATORY, 0)  # a client that left meanwhile: drop its reply
     if path.exists():
         path.unlink()  # stale socket of a dead daemon; callers check no live daemon owns it
     sock.bind(endpoint(path))
