@@ -44,6 +44,7 @@ class CpuManagerProcess:
         self.proc: subprocess.Popen | None = None
 
     def start(self) -> CpuManagerProcess:
+        STARTED_INSTANCES.add(self.cfg.instance)
         self.proc = subprocess.Popen(self.args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         client = CpuManagerClient(self.cfg, timeout_s=1.0)
 
@@ -117,10 +118,14 @@ def vmsched_shm_entries() -> set[str]:
     return {n for n in os.listdir("/dev/shm") if n.startswith("vmsched.") or n.startswith("sem.vmsched.")}
 
 
+# Instances (shm names) of every daemon this test session started; checked at the end. Only ours:
+# another test run on the same machine may have its own segments alive meanwhile.
+STARTED_INSTANCES: set[str] = set()
+
+
 @pytest.fixture(autouse=True, scope="session")
 def no_leftover_shm() -> Iterator[None]:
     """After the whole suite no shared-memory segment or semaphore of ours may remain."""
-    before = vmsched_shm_entries()
     yield
-    leaked = vmsched_shm_entries() - before
+    leaked = {n for n in vmsched_shm_entries() if any(i in n for i in STARTED_INSTANCES)}
     assert not leaked, f"tests left shared memory behind: {sorted(leaked)}"
