@@ -19,6 +19,7 @@ from cpumanager.lbd import LbdParams, LbdState, lbd_step
 from cpumanager.partition import AdmissionError, JobShape, minimum_partition, plan_partitions, rank_cpus
 from cpumanager.table import JobView, SharedTable, TableError, TableFull
 from vmsched.config import Config
+from vmsched.proctrack import ExitWatcher
 from vmsched.protocol import ProtocolError, get_int, get_str
 
 log = logging.getLogger("vm-cpumanager")
@@ -44,14 +45,12 @@ class CpuManager:
         self.table = table
         self.cpus = table.managed_cpus()
         cm = cfg.cpumanager
-        self.lbd_params = LbdParams(
-            cm.lbd_threshold, cm.lbd_stable_change, cm.lbd_stable_quanta, cm.lbd_ip_quanta
-        )
+        self.lbd_params = LbdParams(cm.lbd_threshold, cm.lbd_stable_change, cm.lbd_stable_quanta, cm.lbd_ip_quanta)
         self.lbd: dict[int, LbdState] = {}
         self.ranks: dict[int, _Rank] = {}  # by rank slot
         self.pinned_gen: dict[int, int] = {}  # job id -> generation its ranks were last pinned for
         self.changed_at: dict[int, int] = {}  # job id -> quantum of its last partition change
-        self.exits = proc.ExitWatcher()
+        self.exits = ExitWatcher()
         self.quanta = 0
         if recovered:
             self._recover()
@@ -100,9 +99,7 @@ class CpuManager:
         if leader and not proc.alive(leader):
             raise ProtocolError(f"no process {leader} (leader_pid)")
         shapes = self._shapes() + [JobShape(job_id, nranks, max_mpl, 0)]
-        plan = self._plan(
-            shapes, f"cannot admit job {job_id} (needs {minimum_partition(nranks, max_mpl)} CPUs)"
-        )
+        plan = self._plan(shapes, f"cannot admit job {job_id} (needs {minimum_partition(nranks, max_mpl)} CPUs)")
         queue = L.QUEUE_LOCAL if mode == "local" else L.QUEUE_GLOBAL
         with self.table.locked():
             try:
@@ -249,9 +246,7 @@ class CpuManager:
         live_jobs = {t.job_id for t in self.ranks.values()}
         for j in self.table.jobs():
             # Without a leader a job ends when every rank that registered is gone.
-            if j.job_id in ended_jobs or (
-                not j.leader_pid and j.registered > 0 and j.job_id not in live_jobs
-            ):
+            if j.job_id in ended_jobs or (not j.leader_pid and j.registered > 0 and j.job_id not in live_jobs):
                 self._release(j, "finished")
         # Affinity: at once for jobs whose partition or queue changed; for the rest a slice of the
         # ranks per quantum (every rank once per repin period) in case something else changed it.

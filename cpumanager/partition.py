@@ -64,9 +64,7 @@ def partition_sizes(jobs: Sequence[JobShape], ncpus: int, queue_empty: bool) -> 
     """
     check_admission(jobs, ncpus)
     sizes = {j.job_id: minimum_partition(j.nranks, j.max_mpl) for j in jobs}
-    caps = {
-        j.job_id: j.nranks if queue_empty else min(j.nranks, max(sizes[j.job_id], j.current)) for j in jobs
-    }
+    caps = {j.job_id: j.nranks if queue_empty else min(j.nranks, max(sizes[j.job_id], j.current)) for j in jobs}
     order = {j.job_id: i for i, j in enumerate(jobs)}
     ranks = {j.job_id: j.nranks for j in jobs}
     left = ncpus - sum(sizes.values())

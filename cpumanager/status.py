@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps(st, indent=2))
     else:
-        render(st, Console())
+        render(st, Console(width=None if sys.stdout.isatty() else 200))
     return 0
 
 

@@ -98,9 +98,7 @@ class SharedTable:
         off = L.offsets()
         # Column views of the tables (no copies): scanning 4096 rank slots in Python costs
         # milliseconds, a NumPy comparison microseconds.
-        self.rank_cols = np.frombuffer(
-            mm, dtype=np.dtype(L.RankEntry), count=L.MAX_RANKS, offset=off["ranks"]
-        )
+        self.rank_cols = np.frombuffer(mm, dtype=np.dtype(L.RankEntry), count=L.MAX_RANKS, offset=off["ranks"])
         self.job_cols = np.frombuffer(mm, dtype=np.dtype(L.JobEntry), count=L.MAX_JOBS, offset=off["jobs"])
 
     # -- lifecycle -------------------------------------------------------------------------------
@@ -113,6 +111,10 @@ class SharedTable:
             shm = posix_ipc.SharedMemory(shm_name, posix_ipc.O_CREX, mode=0o644, size=size)
         except posix_ipc.ExistentialError:
             raise TableError(f"shared memory {shm_name} already exists") from None
+        # Ranks of every user's jobs register themselves in the table, so it must be writable by all
+        # (the umask would narrow the mode given at creation). The node's users are trusted not to
+        # scribble on it; a corrupt entry cannot hand one CPU to two jobs (partition.assign_cpus).
+        os.fchmod(shm.fd, 0o666)
         mm = mmap.mmap(shm.fd, size)
         shm.close_fd()
         try:
@@ -120,6 +122,9 @@ class SharedTable:
         except posix_ipc.ExistentialError:
             pass
         lock = posix_ipc.Semaphore(lock_name, posix_ipc.O_CREAT, mode=0o666, initial_value=1)
+        sem_path = f"/dev/shm/sem.{lock_name.lstrip('/')}"
+        if os.path.exists(sem_path):
+            os.chmod(sem_path, 0o666)
         t = cls(shm_name, lock_name, mm, lock)
         h = t.seg.header
         h.version, h.header_size = L.VERSION, C.sizeof(L.Header)

@@ -7,7 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from vmsched.config import Config, ConfigError, CpuManagerConfig, format_cpu_list, load_config, parse_cpu_list
+from vmsched.config import (
+    Config,
+    ConfigError,
+    CpuManagerConfig,
+    LauncherConfig,
+    format_cpu_list,
+    load_config,
+    parse_cpu_list,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -16,7 +24,8 @@ def test_documented_config_is_the_defaults(tmp_path):
     documented = load_config(REPO / "systemd" / "vmsched.toml", state_dir=tmp_path)
     assert documented.cpumanager == CpuManagerConfig()
     text = (REPO / "systemd" / "vmsched.toml").read_text()
-    for f in fields(CpuManagerConfig):
+    assert documented.launcher == LauncherConfig()
+    for f in fields(CpuManagerConfig) + fields(LauncherConfig):
         assert f"\n{f.name} =" in text, f"option {f.name} is not documented in systemd/vmsched.toml"
 
 

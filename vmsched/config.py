@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import os
 import tomllib
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -76,9 +76,24 @@ class CpuManagerConfig:
 
 
 @dataclass(frozen=True)
+class LauncherConfig:
+    policy: str = "fjt+easy:malleable/fifo"  # POLICY[+BACKFILL[:EXPIRY]][/ORDER], see launcher/policy
+    long_threshold_s: float = 300.0  # estimate above this -> long job (thesis: 30 min, scaled to this node)
+    long_estimate_s: float = 900.0  # estimate of a job submitted with --class long and no --time
+    short_estimate_s: float = 120.0  # ... with --class short and no --time
+    overrun: str = "kill"  # kill | keep: a job that outlives its requested time
+    overrun_grace_s: float = 10.0  # how long past its time a job may run before "kill" applies
+    max_ranks: int = 256  # largest rank count a job may ask for
+    queue_type: str = "lbd"  # queue type asked of the CPU manager: lbd | local | global
+    sample_ms: float = 100.0  # how often partitions are sampled into the job history
+    sched_interval_ms: float = 20.0  # events within this interval share one scheduling pass
+
+
+@dataclass(frozen=True)
 class Config:
     state_dir: Path = field(default_factory=default_state_dir)
     cpumanager: CpuManagerConfig = field(default_factory=CpuManagerConfig)
+    launcher: LauncherConfig = field(default_factory=LauncherConfig)
     source: str = "defaults"  # where the values came from, for status views
 
     @property
@@ -103,8 +118,24 @@ class Config:
     def cpumanager_log(self) -> Path:
         return self.state_dir / "cpumanager.log"
 
+    @property
+    def launcher_socket(self) -> Path:
+        return self.state_dir / "launcher.sock"
 
-_SECTIONS = {"cpumanager": CpuManagerConfig}
+    @property
+    def launcher_log(self) -> Path:
+        return self.state_dir / "launcher.log"
+
+    @property
+    def db_path(self) -> Path:
+        return self.state_dir / "vmsched.db"
+
+    @property
+    def jobs_dir(self) -> Path:
+        return self.state_dir / "jobs"
+
+
+_SECTIONS = {"cpumanager": CpuManagerConfig, "launcher": LauncherConfig}
 
 
 def _coerce(cls: type, section: str, values: dict[str, Any]) -> Any:
@@ -119,7 +150,7 @@ def _coerce(cls: type, section: str, values: dict[str, Any]) -> Any:
         elif isinstance(default, bool):
             if not isinstance(value, bool):
                 raise ConfigError(f"[{section}] {key} must be true or false, got {value!r}")
-        elif isinstance(default, int | float) and not isinstance(value, int | float):
+        elif isinstance(default, int | float) and (isinstance(value, bool) or not isinstance(value, int | float)):
             raise ConfigError(f"[{section}] {key} must be a number, got {value!r}")
         kwargs[key] = value
     return cls(**kwargs)
@@ -161,8 +192,16 @@ def load_config(
         raise ConfigError("quantum_ms must be > 0")
     if cfg.cpumanager.default_queue not in ("lbd", "local", "global"):
         raise ConfigError("default_queue must be lbd, local or global")
+    if cfg.launcher.queue_type not in ("lbd", "local", "global"):
+        raise ConfigError("[launcher] queue_type must be lbd, local or global")
+    if cfg.launcher.overrun not in ("kill", "keep"):
+        raise ConfigError("[launcher] overrun must be kill or keep")
+    try:
+        from launcher.policy.config import parse_policy_spec
+
+        parse_policy_spec(cfg.launcher.policy)
+    except ValueError as e:
+        raise ConfigError(f"[launcher] policy: {e}") from None
     return cfg
 
 
-def with_state_dir(cfg: Config, state_dir: Path) -> Config:
-    return replace(cfg, state_dir=state_dir.resolve())

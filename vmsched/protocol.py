@@ -1,5 +1,5 @@
-"""The wire protocol of both daemons: one JSON object per request and per reply, over pyzmq (REQ clients, a ROUTER in the daemon) on
-a Unix-domain socket (ipc://).
+"""The wire protocol of both daemons: one JSON object per request and per reply, over pyzmq (REQ
+clients, a ROUTER in the daemon) on a Unix-domain socket (ipc://).
 
 Request: {"op": "<name>", ...arguments}.  Reply: {"ok": true, ...} or {"ok": false, "error": "..."}.
 Readers and writers share these functions, so a malformed or oversized message gets the same clear
@@ -9,8 +9,8 @@ error from either daemon.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 

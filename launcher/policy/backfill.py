@@ -1,0 +1,87 @@
+"""Backfilling, one routine parameterized by reservation depth (STYLE.md 1).
+
+EASY (aggressive, [Lifk94]) reserves for the first job of the queue only; conservative ([WeFe01])
+reserves for every queued job, in priority order. A job may then start ahead of its turn only if it fits
+now and, over its estimated run time, takes no CPUs that a reservation needs. A conservative job that
+holds a reservation gives it up to be tested, and gets it back when it cannot start now. Reservations
+are recomputed from scratch on every call, so when a job ends early the queue is compressed in
+priority order.
+"""
+
+from __future__ import annotations
+
+import math
+
+from .profile import FreeProfile
+from .sizes import Shape, estimate_at
+from .snapshot import QueuedJob
+from .start_rules import StartRule
+from .workspace import Workspace
+
+DEPTHS = {"none": 0, "easy": 1, "conservative": math.inf}
+
+
+def reservations(
+    ws: Workspace, rule: StartRule, depth: float
+) -> tuple[FreeProfile, dict[int, tuple[float, float, int]]]:
+    """Reserve, in priority order, for the first `depth` queued jobs: {job_id: (start, end, cpus)}.
+
+    A job that could never fit (bigger than the machine) holds no reservation.
+    """
+    profile = ws.profile()
+    plan: dict[int, tuple[float, float, int]] = {}
+    for i, job in enumerate(ws.ordered()):
+        if i >= depth:
+            break
+        shape = rule.preferred(job, ws)
+        duration = estimate_at(job, shape.nranks)
+        start = profile.earliest_start(shape.cpus, duration)
+        if start is not None:
+            profile.reserve(start, start + duration, shape.cpus)
+            plan[job.job_id] = (start, start + duration, shape.cpus)
+    return profile, plan
+
+
+def backfill(ws: Workspace, rule: StartRule, head: QueuedJob) -> None:
+    """Start (or resume) jobs behind `head` that delay no reservation; `head` itself was refused."""
+    depth = DEPTHS[ws.cfg.backfill]
+    profile, plan = reservations(ws, rule, depth)
+
+    # Suspended jobs first: they already ran and hold memory. Their progress is unknown, so they are
+    # expected to need their whole estimate again.
+    for r in ws.suspended():
+        if r.job_id in ws.touched:
+            continue
+        shape, duration = Shape(r.nranks, r.max_mpl), r.estimate
+        if profile.min_free(ws.now, ws.now + duration) >= shape.cpus and ws.free_now() >= shape.cpus:
+            profile.reserve(ws.now, ws.now + duration, shape.cpus)
+            until, held = ws.now + duration, _describe_plan(plan, head, depth, r.job_id)
+            ws.resume(r.job_id, until, f"{ws.cfg.backfill} backfill: resume until t={until:g} {held}")
+
+    for job in ws.ordered():
+        if job.job_id == head.job_id:
+            continue
+        own = plan.get(job.job_id)
+        if own is not None:
+            profile.release(*own)
+        for shape in rule.backfill_shapes(job, ws):
+            duration = estimate_at(job, shape.nranks)
+            if profile.min_free(ws.now, ws.now + duration) >= shape.cpus and ws.fits(job.job_id, shape):
+                profile.reserve(ws.now, ws.now + duration, shape.cpus)
+                until, held = ws.now + duration, _describe_plan(plan, head, depth, job.job_id)
+                reason = f"{ws.cfg.backfill} backfill ({rule.name}): {shape.nranks} ranks until t={until:g} {held}"
+                ws.start(job, shape, reason, backfilled=True, window=True)
+                break
+        else:
+            if own is not None:
+                profile.reserve(*own)
+
+
+def _describe_plan(plan: dict[int, tuple[float, float, int]], head: QueuedJob, depth: float, job_id: int) -> str:
+    if depth == 1:
+        if head.job_id in plan:
+            return f"without delaying job {head.job_id}'s reservation at t={plan[head.job_id][0]:g}"
+        return f"(job {head.job_id} can never fit and holds no reservation)"
+    others = sorted(jid for jid in plan if jid != job_id)
+    shown = ", ".join(map(str, others[:5])) + (", ..." if len(others) > 5 else "")
+    return f"without delaying the reservations of jobs [{shown}]" if others else "(no reservations to protect)"

@@ -1,0 +1,69 @@
+"""The decision core: decide(snapshot, cfg) -> decisions, and when to call it again without an event.
+
+Main loop (thesis fig. 3.6 / fig. 3.19): start the head of the ordered queue with the start rule, and
+again with the next head, while that works. When the head cannot start and backfilling is on, first act
+on expired windows of backfilled jobs and try the head again; when none are expired, backfill behind it.
+Pure and deterministic: the same snapshot and config always give the same decisions, and nothing here
+knows whether the launcher daemon or the simulator applies them.
+"""
+
+from __future__ import annotations
+
+from .backfill import backfill
+from .config import PolicyConfig
+from .decisions import Decision, Start
+from .expiry import act_on_expired, actionable, expired_jobs
+from .sizes import Shape
+from .snapshot import QueuedJob, Snapshot
+from .start_rules import RULES
+from .workspace import Workspace
+
+
+def decide(snapshot: Snapshot, cfg: PolicyConfig) -> list[Decision]:
+    """Decisions to apply, in order, for this snapshot."""
+    ws = Workspace.from_snapshot(snapshot, cfg)
+    rule = RULES[cfg.policy]
+    while True:
+        ordered = ws.ordered()
+        if not ordered:
+            _resume_while_room(ws)
+            break
+        head = ordered[0]
+        if rule.try_start(head, ws):
+            continue
+        if cfg.backfill == "none":
+            break
+        expired = expired_jobs(ws, head)
+        if expired:
+            act_on_expired(ws, expired, head)
+            continue  # their CPUs may be enough for the head now
+        backfill(ws, rule, head)
+        break
+    return ws.decisions
+
+
+def _resume_while_room(ws: Workspace) -> None:
+    """With nobody waiting, suspended jobs continue as soon as they fit (oldest start first)."""
+    for r in ws.suspended():
+        if r.job_id not in ws.touched and ws.free_now() >= Shape(r.nranks, r.max_mpl).cpus:
+            ws.resume(r.job_id, ws.now + r.estimate, "queue empty: room to continue")
+
+
+def next_event_time(snapshot: Snapshot, cfg: PolicyConfig) -> float | None:
+    """Earliest future time at which decide() may decide something new without an arrival or a finish:
+    the next backfill window to expire (when an expiry action is set). None if there is none."""
+    if cfg.backfill == "none" or cfg.expiry == "none" or cfg.effective_window_rule == "order":
+        return None
+    times = [
+        r.window_end
+        for r in snapshot.running
+        if r.window_end is not None and r.window_end > snapshot.now and actionable(cfg, r)
+    ]
+    return min(times, default=None)
+
+
+def can_ever_start(job: QueuedJob, ncpus: int, cfg: PolicyConfig) -> bool:
+    """Whether the policy would ever start the job on this machine: it does when the job waits alone
+    for an idle machine (more free CPUs or a shorter queue never make a start rule refuse). For
+    refusing impossible submissions up front instead of letting them block the queue."""
+    return any(isinstance(d, Start) for d in decide(Snapshot(job.submit_time, ncpus, (job,), ()), cfg))

@@ -1,0 +1,61 @@
+"""What a policy may ask the launcher to do. The driver applies decisions in the order given.
+
+Every decision carries a human-readable `reason`, shown in the logs and by `vmq`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Start:
+    """Start a queued job with `nranks` ranks; the CPU manager may fold it down to ceil(nranks/max_mpl)."""
+
+    job_id: int
+    nranks: int
+    max_mpl: int
+    backfilled: bool = False
+    window_end: float | None = None  # a backfilled job's window; acted on when it expires
+    reason: str = ""
+    # Estimated run time at this size (the queued estimate scaled to nranks); the driver stores it as
+    # RunningJob.estimate so that later reservations see the same figure.
+    estimate: float = 0.0
+
+
+@dataclass(frozen=True)
+class SetMaxMpl:
+    """Change a running job's max MPL: the CPU manager then may shrink it to ceil(N/max_mpl) CPUs."""
+
+    job_id: int
+    max_mpl: int
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class Abort:
+    """Kill a running job; with `requeue` it goes back to the wait queue with its original submit time."""
+
+    job_id: int
+    requeue: bool = True
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class Suspend:
+    """Stop a running job (SIGSTOP); it gives up its CPUs until resumed."""
+
+    job_id: int
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class Resume:
+    """Continue a suspended job (SIGCONT); it gets a new backfill window."""
+
+    job_id: int
+    window_end: float | None = None
+    reason: str = ""
+
+
+Decision = Start | SetMaxMpl | Abort | Suspend | Resume

@@ -1,0 +1,42 @@
+"""Queue orders: a sort key per order name, applied to the queue before every decision (SPEC §5).
+
+Ties fall back to submission time and then to the position in the queue (arrival order), so an order is
+total and a decision never depends on how a sort treats equal keys.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+from .snapshot import QueuedJob
+
+OrderKey = Callable[[QueuedJob, int], tuple[float, ...]]
+
+
+def _fifo(job: QueuedJob, pos: int) -> tuple[float, ...]:
+    # Submit time first: a job aborted and requeued keeps its place from its original submission.
+    return (job.submit_time, pos)
+
+
+def _sjf(job: QueuedJob, pos: int) -> tuple[float, ...]:
+    return (job.estimate, job.submit_time, pos)
+
+
+def _ljf(job: QueuedJob, pos: int) -> tuple[float, ...]:
+    return (-job.estimate, job.submit_time, pos)
+
+
+def _edf(job: QueuedJob, pos: int) -> tuple[float, ...]:
+    # Jobs without a deadline go after all jobs with one, in FIFO order.
+    deadline = job.deadline if job.deadline is not None else math.inf
+    return (deadline, job.submit_time, pos)
+
+
+ORDER_KEYS: dict[str, OrderKey] = {"fifo": _fifo, "sjf": _sjf, "ljf": _ljf, "edf": _edf}
+
+
+def ordered_queue(queue: Sequence[QueuedJob], order: str) -> list[QueuedJob]:
+    """The queue in priority order; the first job is the head."""
+    key = ORDER_KEYS[order]
+    return [job for _, job in sorted(((key(job, pos), job) for pos, job in enumerate(queue)), key=lambda kj: kj[0])]

@@ -1,0 +1,85 @@
+"""Free CPUs over time, from running jobs' estimated ends plus reservations (for backfilling).
+
+A step function kept as sorted breakpoints: `free[i]` CPUs from `times[i]` up to `times[i + 1]`; the last
+step lasts forever. CPUs are counted as the CPU manager admits jobs: a running job holds its minimum
+partition ceil(N / max MPL), since the CPU manager shrinks running jobs down to it to admit a new one.
+Every operation is one pass over the breakpoints, so a conservative plan of Q jobs costs O(Q * P).
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_right
+from collections.abc import Iterable
+
+
+class FreeProfile:
+    """Free CPUs from `now` on; intervals are half-open [start, end)."""
+
+    def __init__(self, now: float, free_now: int, releases: Iterable[tuple[float, int]] = ()) -> None:
+        self.now = now
+        self._times = [now]
+        self._free = [free_now]
+        after_now = math.nextafter(now, math.inf)
+        for when, cpus in sorted(releases):
+            # A job past its estimate still holds its CPUs now; expect them the instant after.
+            self._add(max(when, after_now), math.inf, cpus)
+
+    def _split(self, when: float) -> int:
+        """Index of the step starting exactly at `when` (>= now), inserting a breakpoint if needed."""
+        i = bisect_right(self._times, when) - 1
+        if self._times[i] == when:
+            return i
+        self._times.insert(i + 1, when)
+        self._free.insert(i + 1, self._free[i])
+        return i + 1
+
+    def _add(self, start: float, end: float, delta: int) -> None:
+        if delta == 0 or end <= start:
+            return
+        i = self._split(max(start, self.now))
+        j = len(self._times) if end == math.inf else self._split(end)
+        for k in range(i, j):
+            self._free[k] += delta
+
+    def steps(self) -> list[tuple[float, int]]:
+        """[(time, free from then on)], starting at now, times strictly increasing."""
+        return list(zip(self._times, self._free, strict=True))
+
+    def free_at(self, when: float) -> int:
+        return self._free[max(0, bisect_right(self._times, when) - 1)]
+
+    def min_free(self, start: float, end: float) -> int:
+        """Fewest free CPUs at any time in [start, end) (at `start` alone when the interval is empty)."""
+        first = max(0, bisect_right(self._times, start) - 1)
+        lowest = self._free[first]
+        for k in range(first + 1, len(self._times)):
+            if self._times[k] >= end:
+                break
+            lowest = min(lowest, self._free[k])
+        return lowest
+
+    def earliest_start(self, cpus: int, duration: float) -> float | None:
+        """Earliest time >= now at which `cpus` stay free for `duration`; None if never."""
+        n = len(self._times)
+        i = 0
+        while i < n:
+            if self._free[i] < cpus:
+                i += 1
+                continue
+            end = self._times[i] + duration
+            j = i + 1
+            while j < n and self._times[j] < end and self._free[j] >= cpus:
+                j += 1
+            if j == n or self._times[j] >= end:
+                return self._times[i]
+            i = j + 1  # the step at j is too full: no start before it can work
+        return None
+
+    def reserve(self, start: float, end: float, cpus: int) -> None:
+        """Take `cpus` over [start, end)."""
+        self._add(start, end, -cpus)
+
+    def release(self, start: float, end: float, cpus: int) -> None:
+        """Undo reserve(start, end, cpus)."""
+        self._add(start, end, cpus)

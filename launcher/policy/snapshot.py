@@ -1,0 +1,65 @@
+"""What a policy sees: the wait queue, the running jobs and the time (SPEC §5).
+
+Plain frozen data, built by whoever drives the policy (the launcher daemon from its store, the simulator
+from its clock), so that the decision core never knows which of them it runs under.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class QueuedJob:
+    """A job waiting in the queue."""
+
+    job_id: int
+    submit_time: float
+    user: str
+    procs: tuple[int, ...]  # allowed rank counts, descending; a rigid job has one value
+    max_mpl: int | None  # the user's cap on folding (None: the policy decides)
+    job_class: str  # "long" | "short"
+    estimate: float  # requested/estimated run time in seconds at its full size procs[0]
+    deadline: float | None = None  # absolute time
+
+    def __post_init__(self) -> None:
+        if not self.procs or any(p < 1 for p in self.procs):
+            raise ValueError(f"job {self.job_id}: procs must be positive rank counts (got {self.procs})")
+        if list(self.procs) != sorted(set(self.procs), reverse=True):
+            raise ValueError(f"job {self.job_id}: procs must be distinct and descending (got {self.procs})")
+        if self.max_mpl is not None and self.max_mpl < 1:
+            raise ValueError(f"job {self.job_id}: max_mpl must be >= 1 (got {self.max_mpl})")
+        if self.job_class not in ("long", "short"):
+            raise ValueError(f"job {self.job_id}: job_class must be 'long' or 'short' (got {self.job_class!r})")
+        if self.estimate < 0:
+            raise ValueError(f"job {self.job_id}: estimate must be >= 0 (got {self.estimate})")
+
+
+@dataclass(frozen=True)
+class RunningJob:
+    """A job that has been started (and may since have been folded or suspended)."""
+
+    job_id: int
+    nranks: int
+    max_mpl: int
+    cpus: int  # current partition size
+    start_time: float
+    # Estimated wall time from start_time: the daemon stores Start.estimate here (the estimate at the
+    # size the job was started with).
+    estimate: float
+    job_class: str
+    backfilled: bool = False
+    window_end: float | None = None  # when its backfill window expires
+    suspended: bool = False  # a suspended job holds no CPUs
+    submit_time: float = 0.0
+    max_mpl_cap: int | None = None  # the user's cap on folding, as for QueuedJob.max_mpl
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Everything a policy may base a decision on."""
+
+    now: float
+    ncpus: int
+    queue: tuple[QueuedJob, ...]  # waiting jobs, in arrival order
+    running: tuple[RunningJob, ...]

@@ -1,0 +1,198 @@
+"""The launcher's durable state in SQLite: the queue, running jobs, accounting and each job's history.
+
+Every state change is one transaction, so a launcher killed at any point finds a consistent queue
+when it starts again. Job states:
+
+    queued -> starting -> running -> completed | failed | cancelled | timeout | lost
+                 |           |-> aborting -> queued        (window expired under "abort": requeued)
+                 |-> queued                               (launcher died before the job really started)
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+ACTIVE = ("queued", "starting", "running", "aborting")
+FINISHED = ("completed", "failed", "cancelled", "timeout", "lost")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS jobs (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    uid INTEGER NOT NULL, gid INTEGER NOT NULL, user TEXT NOT NULL,
+    name TEXT NOT NULL, command TEXT NOT NULL, cwd TEXT NOT NULL, env TEXT NOT NULL,
+    stdout TEXT NOT NULL, stderr TEXT NOT NULL,
+    procs TEXT NOT NULL, max_mpl INTEGER, job_class TEXT NOT NULL, estimate REAL NOT NULL,
+    time_limit REAL, deadline REAL, submit_time REAL NOT NULL,
+    state TEXT NOT NULL, reason TEXT NOT NULL DEFAULT '',
+    start_time REAL, end_time REAL, nranks INTEGER, cur_max_mpl INTEGER, run_estimate REAL,
+    backfilled INTEGER NOT NULL DEFAULT 0, window_end REAL, suspended INTEGER NOT NULL DEFAULT 0,
+    shim_pid INTEGER, shim_start REAL, exit_code INTEGER, requeues INTEGER NOT NULL DEFAULT 0,
+    cpu_seconds REAL
+);
+CREATE INDEX IF NOT EXISTS jobs_state ON jobs(state, id);
+CREATE TABLE IF NOT EXISTS events (
+    job_id INTEGER NOT NULL, time REAL NOT NULL, kind TEXT NOT NULL, data TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS events_job ON events(job_id, time);
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+"""
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    id: int
+    uid: int
+    gid: int
+    user: str
+    name: str
+    command: list[str]
+    cwd: str
+    env: dict[str, str]
+    stdout: str
+    stderr: str
+    procs: tuple[int, ...]
+    max_mpl: int | None
+    job_class: str
+    estimate: float
+    time_limit: float | None
+    deadline: float | None
+    submit_time: float
+    state: str
+    reason: str
+    start_time: float | None
+    end_time: float | None
+    nranks: int | None
+    cur_max_mpl: int | None
+    run_estimate: float | None
+    backfilled: bool
+    window_end: float | None
+    suspended: bool
+    shim_pid: int | None
+    shim_start: float | None
+    exit_code: int | None
+    requeues: int
+    cpu_seconds: float | None
+
+    def public(self, full: bool) -> dict[str, Any]:
+        """The job as shown to users; without `full` (someone else's job) no details."""
+        d = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("env", "shim_start")}
+        d["procs"] = list(self.procs)
+        if not full:
+            for k in ("name", "command", "cwd", "stdout", "stderr", "reason", "exit_code", "deadline"):
+                d[k] = None
+        return d
+
+
+_JSON_FIELDS = {"command", "env", "procs"}
+
+
+def _record(row: sqlite3.Row) -> JobRecord:
+    d = dict(row)
+    for k in _JSON_FIELDS:
+        d[k] = json.loads(d[k])
+    d["procs"] = tuple(d["procs"])
+    d["backfilled"] = bool(d["backfilled"])
+    d["suspended"] = bool(d["suspended"])
+    return JobRecord(**d)
+
+
+class Store:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.db = sqlite3.connect(path, isolation_level=None, timeout=10)
+        self.db.row_factory = sqlite3.Row
+        # WAL: readers (vmq through the daemon, tools reading the file) never block the writer;
+        # synchronous=NORMAL keeps commits durable across a process crash, which is what we need.
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("PRAGMA synchronous=NORMAL")
+        self.db.executescript(_SCHEMA)
+
+    def close(self) -> None:
+        self.db.close()
+
+    @contextmanager
+    def tx(self) -> Iterator[sqlite3.Connection]:
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            yield self.db
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
+        self.db.execute("COMMIT")
+
+    # -- writes ----------------------------------------------------------------------------------
+    def add_job(self, **values: Any) -> int:
+        for k in _JSON_FIELDS:
+            values[k] = json.dumps(values[k])
+        cols = ", ".join(values)
+        marks = ", ".join("?" for _ in values)
+        with self.tx() as db:
+            cur = db.execute(f"INSERT INTO jobs ({cols}, state) VALUES ({marks}, 'queued')", tuple(values.values()))
+            job_id = int(cur.lastrowid)
+            db.execute("INSERT INTO events VALUES (?, ?, 'submit', ?)", (job_id, values["submit_time"], json.dumps({})))
+        return job_id
+
+    def update(self, job_id: int, event: str | None = None, data: dict[str, Any] | None = None, **values: Any) -> None:
+        """Change a job's columns and log an event, in one transaction."""
+        with self.tx() as db:
+            if values:
+                sets = ", ".join(f"{k} = ?" for k in values)
+                db.execute(f"UPDATE jobs SET {sets} WHERE id = ?", (*values.values(), job_id))
+            if event:
+                db.execute(
+                    "INSERT INTO events VALUES (?, ?, ?, ?)", (job_id, time.time(), event, json.dumps(data or {}))
+                )
+
+    def log(self, job_id: int, event: str, data: dict[str, Any], when: float | None = None) -> None:
+        self.db.execute(
+            "INSERT INTO events VALUES (?, ?, ?, ?)", (job_id, when or time.time(), event, json.dumps(data))
+        )
+
+    def set_meta(self, key: str, value: str) -> None:
+        self.db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, value))
+
+    # -- reads -----------------------------------------------------------------------------------
+    def job(self, job_id: int) -> JobRecord | None:
+        row = self.db.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        return _record(row) if row else None
+
+    def jobs(self, states: tuple[str, ...], limit: int | None = None) -> list[JobRecord]:
+        marks = ", ".join("?" for _ in states)
+        sql = f"SELECT * FROM jobs WHERE state IN ({marks}) ORDER BY id"
+        if limit:
+            sql += f" LIMIT {int(limit)}"
+        return [_record(r) for r in self.db.execute(sql, states)]
+
+    def finished(self, uid: int | None = None, since: float | None = None, limit: int = 1000) -> list[JobRecord]:
+        sql = f"SELECT * FROM jobs WHERE state IN ({', '.join('?' * len(FINISHED))})"
+        args: list[Any] = list(FINISHED)
+        if uid is not None:
+            sql += " AND uid = ?"
+            args.append(uid)
+        if since is not None:
+            sql += " AND end_time >= ?"
+            args.append(since)
+        sql += " ORDER BY id DESC LIMIT ?"
+        args.append(limit)
+        return [_record(r) for r in self.db.execute(sql, args)][::-1]
+
+    def events(self, job_id: int) -> list[dict[str, Any]]:
+        return [
+            {"time": r["time"], "kind": r["kind"], **json.loads(r["data"])}
+            for r in self.db.execute("SELECT * FROM events WHERE job_id = ? ORDER BY time, rowid", (job_id,))
+        ]
+
+    def count(self, states: tuple[str, ...]) -> int:
+        marks = ", ".join("?" for _ in states)
+        return int(self.db.execute(f"SELECT COUNT(*) FROM jobs WHERE state IN ({marks})", states).fetchone()[0])
+
+    def meta(self, key: str) -> str | None:
+        row = self.db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return row[0] if row else None

@@ -1,0 +1,108 @@
+"""A real node for launcher tests: CPU manager + launcher daemons on CPUs 0-1, and the user CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import BIN, CpuManagerProcess, wait_for
+from vmsched.config import load_config
+
+
+class Node:
+    def __init__(self, policy: str, extra_config: str = "") -> None:
+        # World-reachable (not pytest's 0700 tmp) so that a second user can use the socket.
+        self.root = Path(tempfile.mkdtemp(prefix="vmsched-node-"))
+        self.root.chmod(0o755)
+        self.state = self.root / "state"
+        self.state.mkdir()
+        (self.state / "vmsched.toml").write_text(
+            f'[launcher]\npolicy = "{policy}"\noverrun = "keep"\nsample_ms = 50.0\n{extra_config}'
+        )
+        self.work = self.root / "work"
+        self.work.mkdir()
+        self.work.chmod(0o1777)
+        self.cfg = load_config(state_dir=self.state)
+        self.env = {**os.environ, "VMSCHED_STATE_DIR": str(self.state)}
+        self.cm = CpuManagerProcess(self.state)
+        self.launcher: subprocess.Popen | None = None
+
+    def start(self) -> Node:
+        self.cm.start()
+        self.start_launcher()
+        return self
+
+    def start_launcher(self) -> None:
+        self.launcher = subprocess.Popen([str(BIN / "vm-launcher")], env=self.env, stdout=subprocess.DEVNULL,
+                                         stderr=subprocess.DEVNULL)  # fmt: skip
+
+        def up() -> bool:
+            if self.launcher.poll() is not None:
+                pytest.fail(f"vm-launcher exited with {self.launcher.returncode}")
+            return self.cli("vmq", "--json", check=False).returncode == 0
+
+        wait_for(up, timeout=30, interval=0.05, what="the launcher to answer")
+
+    def cli(self, *argv: str, check: bool = True, user: int | None = None) -> subprocess.CompletedProcess:
+        r = subprocess.run([str(BIN / argv[0]), *argv[1:]], env=self.env, cwd=self.work, capture_output=True,
+                           text=True, timeout=60, user=user)  # fmt: skip
+        if check and r.returncode != 0:
+            pytest.fail(f"{' '.join(argv)} exited {r.returncode}: {r.stderr}")
+        return r
+
+    def submit(self, *args: str, user: int | None = None) -> int:
+        r = self.cli("vmsubmit", "--json", *args, user=user)
+        return json.loads(r.stdout)["job"]
+
+    def queue(self) -> dict[str, Any]:
+        return json.loads(self.cli("vmq", "--json").stdout)
+
+    def job(self, job_id: int) -> dict[str, Any]:
+        return json.loads(self.cli("vmq", "-j", str(job_id), "--json").stdout)
+
+    def acct(self) -> dict[int, dict[str, Any]]:
+        return {r["id"]: r for r in json.loads(self.cli("vmacct", "--json").stdout)}
+
+    def wait_state(self, job_id: int, states: tuple[str, ...], timeout: float = 90) -> dict[str, Any]:
+        return wait_for(lambda: (j := self.job(job_id)["job"])["state"] in states and j, timeout=timeout,
+                        interval=0.1, what=f"job {job_id} to reach {states}")  # fmt: skip
+
+    def wait_all_done(self, timeout: float = 120) -> dict[int, dict[str, Any]]:
+        wait_for(lambda: not self.queue()["jobs"], timeout=timeout, interval=0.2, what="every job to end")
+        return self.acct()
+
+    def stop(self) -> None:
+        if self.launcher and self.launcher.poll() is None:
+            self.launcher.send_signal(signal.SIGTERM)
+            self.launcher.wait(timeout=20)
+        self.cm.stop()
+
+    def output(self, job_id: int) -> str:
+        return (self.work / f"vmsched-{job_id}.out").read_text()
+
+
+def send_app(iters: int, variant: str = "0x1") -> list[str]:
+    """A verified MPI job of adjustable length: the thesis's synthetic send app, class S."""
+    return ["python", "-m", "apps.send", "--class", "S", "--iters", str(iters), "--variant", variant]
+
+
+def vmapp_result(text: str) -> dict[str, Any]:
+    lines = [line for line in text.splitlines() if line.startswith("VMAPP ")]
+    assert len(lines) == 1, f"expected one result line, got: {text[-2000:]}"
+    return json.loads(lines[0][6:])
+
+
+def starts(acct: dict[int, dict[str, Any]]) -> dict[int, float]:
+    return {j: r["start_time"] for j, r in acct.items()}
+
+
+def sleep_until(t: float) -> None:
+    time.sleep(max(0.0, t - time.time()))

@@ -1,0 +1,265 @@
+"""The launcher for real: both daemons, the user CLI, real MPI jobs under the runtime, real SQLite."""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import signal
+import socket
+import time
+
+import pytest
+
+from tests.conftest import wait_for
+from tests.launcher_harness import Node, send_app, starts, vmapp_result
+
+
+@pytest.fixture
+def node_factory():
+    nodes: list[Node] = []
+
+    def make(policy: str, extra: str = "") -> Node:
+        n = Node(policy, extra).start()
+        nodes.append(n)
+        return n
+
+    yield make
+    for n in nodes:
+        n.stop()
+
+
+def partition_sizes(node: Node, job: int) -> list[int]:
+    """The job's partition sizes over time, consecutive repeats removed."""
+    sizes: list[int] = []
+    for e in node.job(job)["events"]:
+        if e["kind"] == "partition" and (not sizes or sizes[-1] != len(e["cpus"])):
+            sizes.append(len(e["cpus"]))
+    return sizes
+
+
+def test_fcfs_order_results_and_accounting(node_factory):
+    node = node_factory("fcfs/fifo")
+    a = node.submit("-n", "2", "--time", "60s", "--", *send_app(15))
+    b = node.submit("-n", "2", "--time", "60s", "--", *send_app(15))
+    c = node.submit("-n", "1", "--time", "60s", "-J", "third", "--", *send_app(10))
+    shown = node.cli("vmq").stdout
+    assert "policy fcfs/fifo" in shown and "third" in shown
+    assert f"job {a}" in node.cli("vmq", "-j", str(a)).stdout
+    acct = node.wait_all_done()
+    for j in (a, b, c):
+        assert acct[j]["state"] == "completed" and acct[j]["exit_code"] == 0, acct[j]
+        res = vmapp_result(node.output(j))
+        assert res["verified"] is True
+    assert vmapp_result(node.output(a))["checksum"] == vmapp_result(node.output(b))["checksum"]
+    # Rigid FCFS without backfilling: each job needs the CPUs the one before holds.
+    assert acct[b]["start_time"] >= acct[a]["end_time"] - 0.5
+    assert acct[c]["start_time"] >= acct[b]["start_time"]
+    assert acct[c]["name"] == "third"
+    assert acct[a]["wait"] < acct[b]["wait"]
+    assert acct[a]["nranks"] == 2 and acct[a]["mpl_history"] == "1"
+    assert acct[a]["cpu_seconds"] > 0
+    # The human table shows the same jobs.
+    table = node.cli("vmacct").stdout
+    assert "third" in table and "completed" in table
+
+
+def test_fjt_folds_long_jobs_and_shrinks_them_for_short_ones(node_factory):
+    node = node_factory("fjt/fifo")
+    short1 = node.submit("-n", "1", "--class", "short", "--time", "60s", "--", *send_app(40))
+    node.wait_state(short1, ("running",))
+    # Only a short job runs: the long job starts folded (max MPL 4) on the one free CPU ...
+    long = node.submit("-n", "2", "--class", "long", "--time", "10m", "--", *send_app(160))
+    started = node.wait_state(long, ("running",))
+    assert started["cur_max_mpl"] == 4
+    wait_for(lambda: partition_sizes(node, long)[:1] == [1], what="the long job on one CPU")
+    # ... and expands to both CPUs when the short job ends.
+    node.wait_state(short1, ("completed",))
+    wait_for(lambda: partition_sizes(node, long)[-1:] == [2], timeout=30, what="the long job to expand")
+    # A short job arriving while the long job runs expanded makes it shrink.
+    short2 = node.submit("-n", "1", "--class", "short", "--time", "60s", "--", *send_app(20))
+    node.wait_state(short2, ("running", "completed"))
+    wait_for(lambda: partition_sizes(node, long)[-2:] == [2, 1] or partition_sizes(node, long)[-3:] == [2, 1, 2],
+             timeout=30, what="the long job to shrink for the short one")  # fmt: skip
+    acct = node.wait_all_done(timeout=180)
+    assert partition_sizes(node, long) == [1, 2, 1, 2]
+    assert acct[short2]["mpl_history"] == "1"
+    for j in (short1, long, short2):
+        assert acct[j]["state"] == "completed", acct[j]
+        assert vmapp_result(node.output(j))["verified"]
+
+
+def test_easy_backfills_without_delaying_the_head(node_factory):
+    node = node_factory("fcfs+easy:none/fifo")
+    a = node.submit("-n", "1", "--time", "8s", "--", *send_app(60))  # ~5 s on one CPU
+    node.wait_state(a, ("running",))
+    head = node.submit("-n", "2", "--time", "30s", "--", *send_app(10))  # needs both CPUs: waits for a
+    small = node.submit("-n", "1", "--time", "2s", "--", *send_app(5))  # ends before a's estimate: backfills
+    big = node.submit("-n", "1", "--time", "60s", "--", *send_app(5))  # would delay the head: must wait
+    acct = node.wait_all_done(timeout=180)
+    st = starts(acct)
+    assert st[small] < st[head], "the small job should have been backfilled"
+    assert st[big] >= st[head], "a job that would delay the head's reservation jumped ahead"
+    # The head started as soon as a's CPUs were free, not later.
+    assert st[head] <= acct[a]["end_time"] + 1.0
+    assert any(e["kind"] == "start" and e["backfilled"] for e in node.job(small)["events"])
+    for j in (a, head, small, big):
+        assert acct[j]["state"] == "completed" and vmapp_result(node.output(j))["verified"]
+
+
+def test_expired_window_abort_requeues_and_the_job_finishes(node_factory):
+    node = node_factory("fcfs+easy:abort/fifo")
+    a = node.submit("-n", "1", "--time", "6s", "--", *send_app(60))
+    node.wait_state(a, ("running",))
+    head = node.submit("-n", "2", "--time", "30s", "--", *send_app(10))
+    # Its estimate (1 s) is far too short: its window expires while the head still waits.
+    late = node.submit("-n", "1", "--time", "1s", "--", *send_app(60))
+    acct = node.wait_all_done(timeout=240)
+    kinds = [e["kind"] for e in node.job(late)["events"]]
+    assert "abort" in kinds and "requeue" in kinds, kinds
+    assert acct[late]["requeues"] >= 1
+    assert acct[late]["state"] == "completed"
+    assert vmapp_result(node.output(late))["verified"]
+    assert acct[head]["start_time"] <= acct[late]["start_time"], "the requeued job must not jump the head again"
+
+
+def test_restart_loses_nothing_and_starts_nothing_twice(node_factory):
+    node = node_factory("fcfs/fifo")
+    running = node.submit("-n", "2", "--time", "60s", "--", *send_app(150))
+    node.wait_state(running, ("running",))
+    queued = [node.submit("-n", "2", "--time", "60s", "--", *send_app(5)) for _ in range(2)]
+    node.launcher.send_signal(signal.SIGKILL)
+    node.launcher.wait()
+    time.sleep(0.5)  # the running job goes on without a launcher
+    node.start_launcher()
+    q = {j["id"]: j["state"] for j in node.queue()["jobs"]}
+    assert q.get(running) == "running", node.job(running)
+    assert all(q[j] in ("queued", "running") for j in queued)
+    acct = node.wait_all_done(timeout=180)
+    for j in (running, *queued):
+        assert acct[j]["state"] == "completed", acct[j]
+        starts_logged = [e for e in node.job(j)["events"] if e["kind"] == "start"]
+        assert len(starts_logged) == 1, f"job {j} started {len(starts_logged)} times"
+        assert node.output(j).count("VMAPP ") == 1
+    # Killed again while a job runs, and that job ends while no launcher runs: it is accounted.
+    last = node.submit("-n", "1", "--time", "60s", "--", *send_app(5))
+    node.wait_state(last, ("running",))
+    node.launcher.send_signal(signal.SIGKILL)
+    node.launcher.wait()
+    wait_for(lambda: (node.cfg.jobs_dir / str(last) / "status.json").exists(), timeout=60, what="job to end")
+    node.start_launcher()
+    assert node.wait_all_done()[last]["state"] == "completed"
+
+
+def test_bad_input_is_refused_and_changes_nothing(node_factory):
+    node = node_factory("fcfs/fifo")
+    keep = node.submit("-n", "2", "--time", "60s", "--", *send_app(200))
+    before = node.queue()["jobs"]
+    usage = [
+        ("vmsubmit", "-n", "2"),  # no command
+        ("vmsubmit", "--", "true"),  # no size
+        ("vmsubmit", "-n", "0", "--", "true"),
+        ("vmsubmit", "-n", "2", "--max-mpl", "0", "--", "true"),
+        ("vmsubmit", "-n", "2", "--time", "soon", "--", "true"),
+        ("vmsubmit", "--procs", "8-4", "--", "true"),
+        ("vmsubmit", "-n", "2", "--frobnicate", "--", "true"),
+        ("vmsubmit", "-n", "2", "--deadline", "yesterday", "--", "true"),
+        ("vmq", "--bogus"),
+        ("vmcancel",),
+        ("vmacct", "--limit", "0"),
+    ]
+    for argv in usage:
+        r = node.cli(*argv, check=False)
+        assert r.returncode == 2 and r.stderr.strip(), (argv, r.returncode, r.stderr)
+    refused = {
+        ("vmsubmit", "-n", "9999", "--", "true"): "more than the 256",
+        ("vmsubmit", "-n", "4", "--max-mpl", "1", "--", "true"): "need 4 CPUs; this node has 2",
+        ("vmsubmit", "-n", "2", "--deadline", "1000", "--", "true"): "deadline is in the past",
+        ("vmcancel", "424242"): "unknown job 424242",
+        ("vmq", "-j", "424242"): "unknown job 424242",
+    }
+    for argv, needle in refused.items():
+        r = node.cli(*argv, check=False)
+        assert r.returncode == 1 and needle in r.stderr, (argv, r.returncode, r.stderr)
+    # Garbage on the socket: the launcher neither dies nor wedges.
+    for _ in range(5):
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as u:
+            u.connect(str(node.cfg.launcher_socket))
+            u.sendall(os.urandom(2048))
+    from vmsched.protocol import Client
+
+    with Client(node.cfg.launcher_socket) as c:
+        assert c.request_raw(b"{nope")["ok"] is False
+        assert "unknown op" in c.request_raw(b'{"op": "format_disk"}')["error"]
+        assert "must be a non-empty list" in c.request_raw(b'{"op": "submit", "command": "rm"}')["error"]
+    assert node.queue()["jobs"] == before
+    node.cli("vmcancel", str(keep))
+    r = node.cli("vmcancel", str(keep), check=False)
+    assert r.returncode == 1 and "already ended" in r.stderr
+    assert node.wait_all_done()[keep]["state"] == "cancelled"
+    # No launcher: exit code 3 and a clear message.
+    node.launcher.send_signal(signal.SIGTERM)
+    node.launcher.wait()
+    r = node.cli("vmq", check=False)
+    assert r.returncode == 3 and "is the launcher running" in r.stderr
+
+
+def as_user(uid: int, gid: int, fn) -> dict:
+    """Run `fn` in a forked child that has become `uid`: a second local user talking to the launcher.
+    (Forked, not exec'd: this machine's Python may not be executable by other users.)"""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - child
+        try:
+            os.setgid(gid)
+            os.setuid(uid)
+            result = fn()
+        except Exception as e:  # noqa: BLE001 - reported to the parent
+            result = {"exception": f"{type(e).__name__}: {e}"}
+        os.write(w, json.dumps(result).encode())
+        os._exit(0)
+    os.close(w)
+    data = b""
+    while chunk := os.read(r, 65536):
+        data += chunk
+    os.close(r)
+    os.waitpid(pid, 0)
+    return json.loads(data)
+
+
+def test_users_cannot_touch_each_others_jobs(node_factory):
+    from vmsched.protocol import Client, ProtocolError
+
+    nobody = pwd.getpwnam("nobody")
+    node = node_factory("fcfs/fifo")
+    mine = node.submit("-n", "2", "--time", "60s", "-J", "secret-name", "--", *send_app(200))
+
+    def their_session() -> dict:
+        out: dict = {}
+        with Client(node.cfg.launcher_socket) as c:
+            out["submitted"] = c.call("submit", command=["id", "-u"], procs=[1], cwd=str(node.work),
+                                      env={"PATH": "/usr/bin:/bin"}, time_limit=60)["job"]  # fmt: skip
+            for op in ("cancel", "job"):
+                try:
+                    c.call(op, job=mine)
+                    out[op] = "allowed"
+                except ProtocolError as e:
+                    out[op] = str(e)
+            out["queue"] = c.call("queue")["jobs"]
+        return out
+
+    seen = as_user(nobody.pw_uid, nobody.pw_gid, their_session)
+    assert "exception" not in seen, seen
+    assert "belongs to root" in seen["cancel"] and "belongs to root" in seen["job"]
+    listed = {j["id"]: j for j in seen["queue"]}
+    assert listed[mine]["name"] is None and listed[mine]["command"] is None  # listed, but no details
+    assert listed[seen["submitted"]]["command"] == ["id", "-u"]
+    assert listed[mine]["user"] == "root" and listed[seen["submitted"]]["user"] == "nobody"
+    theirs = seen["submitted"]
+    node.cli("vmcancel", str(mine))  # root may cancel anyone's job; here its own
+    acct = node.wait_all_done()
+    assert acct[mine]["state"] == "cancelled"
+    assert acct[theirs]["state"] == "completed" and acct[theirs]["user"] == "nobody"
+    out = node.work / f"vmsched-{theirs}.out"
+    assert out.stat().st_uid == nobody.pw_uid, "the output file must be created by the job's user"
+    assert out.read_text().split() == [str(nobody.pw_uid)], "the job must run as the user who submitted it"
