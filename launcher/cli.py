@@ -248,7 +248,8 @@ def acct_row(j: dict[str, Any]) -> dict[str, Any]:
         "job_class": j["job_class"], "nranks": j["nranks"], "submit_time": submit, "start_time": start,
         "end_time": end, "wait": wait, "run": run, "response": response,
         "slowdown": response / run if response and run else None, "cpu_seconds": j["cpu_seconds"],
-        "requeues": j["requeues"], "mpl_history": " -> ".join(map(str, mpls)) or "-",
+        "requeues": j["requeues"], "time_limit": j["time_limit"], "estimate": j["estimate"],
+        "deadline": j["deadline"], "mpl_history": " -> ".join(map(str, mpls)) or "-",
         "partitions": [{"time": e["time"], "cpus": e["cpus"], "mpl": e["mpl"], "queue": e["queue"]}
                        for e in j.get("history", []) if e["kind"] == "partition"],
     }  # fmt: skip

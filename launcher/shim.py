@@ -24,6 +24,39 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
+
+SHM_SCAN_S = 2.0
+
+
+def shm_segments(pid: int) -> set[str]:
+    """POSIX shared-memory files the job's processes have mapped (MPICH's intranode channels)."""
+    found: set[str] = set()
+    try:
+        procs = [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
+    except psutil.Error:
+        return found
+    for p in procs:
+        try:
+            # Never the CPU manager's table or its lock, which every rank maps too.
+            found.update(m.path for m in p.memory_maps() if m.path.startswith("/dev/shm/") and "vmsched" not in m.path)
+        except psutil.Error:
+            continue
+    return found
+
+
+def remove_leftovers(segments: set[str]) -> list[str]:
+    """MPICH removes its segments at MPI_Finalize; a killed job leaves them behind. Remove those
+    this job had mapped (and only those) once all its processes are gone."""
+    removed = []
+    for path in sorted(segments):
+        try:
+            os.unlink(path)
+            removed.append(path)
+        except OSError:
+            pass
+    return removed
+
 
 def write_status(path: Path, **status: object) -> None:
     tmp = path.with_suffix(".tmp")
@@ -67,10 +100,17 @@ def main(argv: list[str] | None = None) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
         signal.signal(sig, forward)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
-    rc = child.wait()
+    segments: set[str] = set()
+    while True:
+        try:
+            rc = child.wait(timeout=SHM_SCAN_S)
+            break
+        except subprocess.TimeoutExpired:
+            segments |= shm_segments(child.pid)
+    removed = remove_leftovers(segments)
     # A signal death reads as 128 + signal number, as in a shell.
     code = rc if rc >= 0 else 128 - rc
-    write_status(args.status, started=True, exit_code=code, start_time=start, end_time=time.time())
+    write_status(args.status, started=True, exit_code=code, start_time=start, end_time=time.time(), removed_shm=removed)
     return 0
 
 

@@ -263,3 +263,23 @@ def test_users_cannot_touch_each_others_jobs(node_factory):
     out = node.work / f"vmsched-{theirs}.out"
     assert out.stat().st_uid == nobody.pw_uid, "the output file must be created by the job's user"
     assert out.read_text().split() == [str(nobody.pw_uid)], "the job must run as the user who submitted it"
+
+
+def test_cancel_leaves_no_process_and_no_shared_memory(node_factory):
+    import psutil
+
+    node = node_factory("fcfs/fifo")
+    job = node.submit("-n", "2", "--time", "60s", "--", *send_app(400))
+    info = node.wait_state(job, ("running",))
+    shim = psutil.Process(info["shim_pid"])
+    wait_for(lambda: len(shim.children(recursive=True)) >= 4, what="mpiexec, proxy and two ranks")
+    time.sleep(3)  # the shim looks at the job's mappings every 2 s
+    procs = shim.children(recursive=True)
+    mapped = {m.path for p in procs for m in p.memory_maps() if m.path.startswith("/dev/shm/mpich_shm")}
+    assert mapped, "expected MPICH's intranode segment to be mapped by the ranks"
+    node.cli("vmcancel", str(job))
+    assert node.wait_state(job, ("cancelled",))["exit_code"] != 0
+    gone, alive = psutil.wait_procs(procs, timeout=10)
+    assert not alive, f"left behind: {alive}"
+    leaked = {p for p in mapped if os.path.exists(p)}
+    assert not leaked, f"the cancelled job left shared memory behind: {leaked}"

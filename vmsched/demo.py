@@ -1,118 +1,164 @@
-"""`vmdemo`: the README's demo. Starts a real CPU manager on all CPUs of this machine, runs two folded
-jobs of real processes on it and shows their partitions shrink and grow.
+"""`vmdemo`: the README's demo — the whole system on this machine.
 
-Everything is real: the daemon, the shared-memory table, the processes and their CPU affinity.
+Starts the CPU manager and the launcher on embedded defaults (state in ./.vmsched-demo, SQLite, all
+CPUs), submits a small mixed workload of real MPI applications (long and short, one imbalanced) with
+`vmsubmit`, shows the queue and the partitions changing live, and ends with a per-job table and a PNG
+of the CPU partitions over time. Every job's result is verified.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
-from rich.console import Console
+from rich.console import Console, Group
+from rich.live import Live
+from rich.table import Table
 
-from cpumanager.client import CpuManagerClient
-from cpumanager.status import render
-from vmsched.config import load_config
-from vmsched.protocol import DaemonUnavailable
+from apps.result import parse_result
+from launcher.history import partition_segments
+from vmsched.config import format_cpu_list, load_config
+from vmsched.protocol import Client, DaemonUnavailable
+from workloads.plots import plot_partitions, plot_utilization
 
-# A rank of the demo's jobs: burns CPU for a while, like a compute phase.
-BURN = (
-    "import time, sys\nend = time.time() + float(sys.argv[1])\nx = 0\nwhile time.time() < end:\n    x += 1\n"
-)
-
-
-def start_daemon(state_dir: Path, console: Console) -> subprocess.Popen:
-    bin_dir = Path(sys.executable).parent
-    log = open(state_dir / "demo-cpumanager.out", "w")  # noqa: SIM115 - lives as long as the daemon
-    proc = subprocess.Popen(
-        [str(bin_dir / "vm-cpumanager"), "--state-dir", str(state_dir)], stdout=log, stderr=log
-    )
-    client = CpuManagerClient(load_config(state_dir=state_dir), timeout_s=1.0)
-    for _ in range(500):
-        if proc.poll() is not None:
-            raise SystemExit(f"vm-cpumanager exited: see {state_dir / 'demo-cpumanager.out'}")
-        try:
-            client.call("ping")
-            break
-        except DaemonUnavailable:
-            time.sleep(0.02)
-    client.close()
-    console.print(f"[bold]CPU manager[/] pid {proc.pid} on CPUs {sorted(os.sched_getaffinity(0))}")
-    return proc
+BIN = Path(sys.executable).parent
 
 
-def run_job(
-    c: CpuManagerClient, job: int, nranks: int, max_mpl: int, seconds: float
-) -> list[subprocess.Popen]:
-    c.admit(job, nranks, max_mpl, queue="local")
-    procs = [subprocess.Popen([sys.executable, "-c", BURN, str(seconds)]) for _ in range(nranks)]
-    for rank, p in enumerate(procs):
-        c.register(job, rank, p.pid)
-    return procs
+def workload(ncpus: int) -> list[tuple[float, list[str]]]:
+    """(seconds after start, vmsubmit arguments): long and short jobs, high and low communication,
+    one imbalanced (send.50x6), sized for a few CPUs."""
+    big, small = 2 * ncpus, max(1, ncpus // 2)
+    app = ["python", "-m"]
+    return [
+        (0.0, ["-n", str(big), "--class", "long", "--time", "3m", "-J", "cg.W", "--", *app, "apps.cg", "-c", "W"]),
+        (1.0, ["-n", str(small), "--class", "short", "--time", "30s", "-J", "ep.S", "--", *app, "apps.ep", "-c", "S"]),
+        (2.0, ["-n", str(big), "--class", "long", "--time", "3m", "-J", "send.50x6", "--", *app, "apps.send",
+               "-c", "W", "--variant", "50x6"]),
+        (4.0, ["-n", str(small), "--class", "short", "--time", "30s", "-J", "mg.S", "--", *app, "apps.mg", "-c", "S"]),
+        (6.0, ["-n", str(small), "--class", "short", "--time", "30s", "-J", "sweep.S", "--", *app, "apps.sweep",
+               "-c", "S"]),
+        (8.0, ["-n", str(big), "--class", "long", "--time", "3m", "-J", "ft.W", "--", *app, "apps.ft", "-c", "W"]),
+    ]  # fmt: skip
 
 
-def show(c: CpuManagerClient, console: Console, title: str, procs: dict[int, list[subprocess.Popen]]) -> None:
-    console.rule(title)
-    render(c.status(), console)
-    for job, ps in procs.items():
-        pins = []
-        for rank, p in enumerate(ps):
+class Demo:
+    def __init__(self, state: Path, policy: str) -> None:
+        self.state = state
+        self.work = state / "work"
+        self.cfg = load_config(state_dir=state)
+        self.env = {**os.environ, "VMSCHED_STATE_DIR": str(state), "PATH": f"{BIN}:{os.environ.get('PATH', '')}"}
+        self.policy = policy
+        self.procs: list[subprocess.Popen] = []
+
+    def start(self) -> None:
+        self.work.mkdir(parents=True, exist_ok=True)
+        log = open(self.state / "daemons.out", "ab")  # noqa: SIM115 - lives as long as the daemons
+        self.procs.append(subprocess.Popen([str(BIN / "vm-cpumanager")], env=self.env, stdout=log, stderr=log))
+        self._wait(Client(self.cfg.cpumanager_socket), "CPU manager")
+        self.procs.append(subprocess.Popen([str(BIN / "vm-launcher"), "--policy", self.policy], env=self.env,
+                                           stdout=log, stderr=log))  # fmt: skip
+        self._wait(Client(self.cfg.launcher_socket), "launcher")
+
+    def _wait(self, c: Client, what: str) -> None:
+        for _ in range(600):
+            if any(p.poll() is not None for p in self.procs):
+                raise SystemExit(f"the {what} exited; see {self.state / 'daemons.out'}")
             try:
-                pins.append(f"r{rank}:{','.join(map(str, sorted(os.sched_getaffinity(p.pid))))}")
-            except ProcessLookupError:
-                pins.append(f"r{rank}:-")
-        console.print(f"job {job} affinity (read back from the kernel): " + " ".join(pins))
+                c.call("ping")
+                return
+            except DaemonUnavailable:
+                time.sleep(0.05)
+        raise SystemExit(f"the {what} did not start")
+
+    def stop(self) -> None:
+        for p in reversed(self.procs):
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+                p.wait(timeout=30)
+
+    def cli(self, *argv: str) -> Any:
+        r = subprocess.run([str(BIN / argv[0]), "--json", *argv[1:]], env=self.env, cwd=self.work, check=True,
+                           capture_output=True, text=True)  # fmt: skip
+        return json.loads(r.stdout)
+
+
+def live_view(queue: dict[str, Any], cpu: dict[str, Any], elapsed: float) -> Group:
+    owner = {c: j["job"] for j in cpu["jobs"] for c in j["cpus"]}
+    cpus = "  ".join(f"CPU{c}:[bold]{owner.get(c, '-')}[/]" for c in cpu["cpus"])
+    t = Table("job", "name", "state", "ranks", "CPUs", "MPL", "queue", "LBD", title=f"t = {elapsed:5.1f} s")
+    parts = {j["job"]: j for j in cpu["jobs"]}
+    for j in queue["jobs"]:
+        p = parts.get(j["id"])
+        t.add_row(str(j["id"]), j["name"], j["state"], str(j["nranks"] or j["procs"][0]),
+                  format_cpu_list(p["cpus"]) if p else "-", str(p["mpl"]) if p else "-",
+                  p["queue"] if p else "-", f"{p['lbd']} IP={100 * p['ip']:.0f}%" if p else "-")  # fmt: skip
+    return Group(f"policy {queue['policy']}   {cpus}", t)
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="vmdemo", description=__doc__.splitlines()[0])
-    ap.add_argument(
-        "--state-dir", default=".vmsched-demo", help="local state directory (default ./.vmsched-demo)"
-    )
+    ap.add_argument("--state-dir", default=".vmsched-demo", help="local state directory (default ./.vmsched-demo)")
+    ap.add_argument("--policy", default="fjt+easy:malleable/fifo", help="launcher policy (default %(default)s)")
     args = ap.parse_args(argv)
     console = Console()
     state = Path(args.state_dir).resolve()
-    state.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(state, ignore_errors=True)  # each demo starts from an empty queue
+    state.mkdir(parents=True)
     ncpus = len(os.sched_getaffinity(0))
-    daemon = start_daemon(state, console)
-    jobs: dict[int, list[subprocess.Popen]] = {}
+    demo = Demo(state, args.policy)
+    console.print(f"[bold]vmsched demo[/]: {ncpus} CPUs, state in {state}")
     try:
-        c = CpuManagerClient(load_config(state_dir=state))
-        n = 2 * ncpus
-        console.print(f"Job 1: {n} ranks, max MPL 4 - alone, it gets every CPU ({n // ncpus} ranks per CPU)")
-        jobs[1] = run_job(c, 1, n, 4, seconds=12)
-        show(c, console, "job 1 alone", jobs)
-        time.sleep(2)
-        console.print(f"Job 2: {n} ranks, max MPL 4 arrives - job 1 shrinks, job 2 gets the freed CPUs")
-        jobs[2] = run_job(c, 2, n, 4, seconds=3)
-        show(c, console, "jobs 1 and 2 share the machine", jobs)
-        for p in jobs[2]:
-            p.wait()
-        before = c.status()["quanta"]
-        for _ in range(200):  # the manager notices the exits within a quantum or two
-            if set(c.partitions()) == {1}:
-                break
-            time.sleep(0.01)
-        show(c, console, "job 2 ended - job 1 expands back", jobs)
-        after = next(j for j in c.status()["jobs"] if j["job"] == 1)["changed_quantum"]
-        console.print(f"expansion happened {after - before} quantum(s) after job 2's ranks exited")
-        c.close()
+        demo.start()
+        cpu_client, launcher = Client(demo.cfg.cpumanager_socket), Client(demo.cfg.launcher_socket)
+        plan = workload(ncpus)
+        t0 = time.time()
+        submitted: list[int] = []
+        with Live(console=console, refresh_per_second=4) as live:
+            while True:
+                now = time.time() - t0
+                while len(submitted) < len(plan) and plan[len(submitted)][0] <= now:
+                    submitted.append(demo.cli("vmsubmit", *plan[len(submitted)][1])["job"])
+                queue, cpu = launcher.call("queue"), cpu_client.call("status")
+                live.update(live_view(queue, cpu, now))
+                if len(submitted) == len(plan) and not queue["jobs"]:
+                    break
+                if now > 600:
+                    raise SystemExit("the demo's jobs did not finish in 10 minutes")
+                time.sleep(0.25)
+        rows = demo.cli("vmacct")
     finally:
-        for ps in jobs.values():
-            for p in ps:
-                if p.poll() is None:
-                    p.kill()
-                p.wait()
-        daemon.send_signal(signal.SIGTERM)
-        daemon.wait(timeout=10)
-    console.print("[green]demo finished[/]: daemon stopped, shared memory removed, no process left")
+        demo.stop()
+    report(rows, demo, ncpus, console)
     return 0
+
+
+def report(rows: list[dict[str, Any]], demo: Demo, ncpus: int, console: Console) -> None:
+    t = Table("job", "name", "state", "ranks", "wait s", "run s", "response s", "MPL history", "queue (LBD)",
+              "result", title="finished jobs")  # fmt: skip
+    for r in rows:
+        out = demo.work / f"vmsched-{r['id']}.out"
+        try:
+            res = parse_result(out.read_text())
+            result = f"verified {res['checksum'][:8]}" if res["verified"] else "[red]NOT VERIFIED[/]"
+        except (OSError, ValueError):
+            result = "[red]no result[/]"
+        queues = " -> ".join(dict.fromkeys(p["queue"] for p in r["partitions"])) or "-"
+        t.add_row(str(r["id"]), r["name"], r["state"], str(r["nranks"]), f"{r['wait']:.1f}", f"{r['run']:.1f}",
+                  f"{r['response']:.1f}", r["mpl_history"], queues, result)  # fmt: skip
+    console.print(t)
+    segments = partition_segments(rows)
+    png = plot_partitions(segments, ncpus, demo.state / "partitions.png")
+    util = plot_utilization(segments, ncpus, demo.state / "utilization.png")
+    console.print(f"CPU partitions over time: [bold]{png}[/]   utilization: {util}")
+    console.print("[green]demo finished[/]: daemons stopped, shared memory removed, no process left")
 
 
 if __name__ == "__main__":
