@@ -17,6 +17,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from launcher.history import acct_row
 from launcher.requests import RequestError, parse_deadline, parse_duration, parse_procs
 from vmsched.config import ConfigError, format_cpu_list, load_config
 from vmsched.protocol import Client, DaemonUnavailable, ProtocolError
@@ -231,25 +232,3 @@ def acct_main(argv: list[str] | None = None) -> int:
         return EXIT_OK
 
     return _run("vmacct", body)
-
-
-def acct_row(j: dict[str, Any]) -> dict[str, Any]:
-    """One finished job with its derived times and its MPL history (e.g. '1 -> 2 -> 1')."""
-    start, end, submit = j["start_time"], j["end_time"], j["submit_time"]
-    wait = (start - submit) if start else None
-    run = (end - start) if start and end else None
-    response = (end - submit) if end else None
-    mpls: list[int] = []
-    for e in j.get("history", []):
-        if e["kind"] == "partition" and (not mpls or mpls[-1] != e["mpl"]):
-            mpls.append(e["mpl"])
-    return {
-        "id": j["id"], "user": j["user"], "name": j["name"], "state": j["state"], "exit_code": j["exit_code"],
-        "job_class": j["job_class"], "nranks": j["nranks"], "submit_time": submit, "start_time": start,
-        "end_time": end, "wait": wait, "run": run, "response": response,
-        "slowdown": response / run if response and run else None, "cpu_seconds": j["cpu_seconds"],
-        "requeues": j["requeues"], "time_limit": j["time_limit"], "estimate": j["estimate"],
-        "deadline": j["deadline"], "mpl_history": " -> ".join(map(str, mpls)) or "-",
-        "partitions": [{"time": e["time"], "cpus": e["cpus"], "mpl": e["mpl"], "queue": e["queue"]}
-                       for e in j.get("history", []) if e["kind"] == "partition"],
-    }  # fmt: skip

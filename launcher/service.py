@@ -79,7 +79,7 @@ class Launcher:
         return {
             "submit": self.submit, "queue": self.queue, "cancel": self.cancel, "acct": self.acct,
             "job": self.job_info, "ping": lambda m: {"pid": os.getpid()}, "pause": self.pause,
-            "info": self.info,
+            "info": self.info, "set_policy": self.set_policy,
         }  # fmt: skip
 
     def _peer(self, msg: dict[str, Any]) -> Peer:
@@ -136,8 +136,15 @@ class Launcher:
     def acct(self, msg: dict[str, Any]) -> dict[str, Any]:
         peer = self._peer(msg)
         limit = get_int(msg, "limit", minimum=1, default=1000)
-        uid = None if peer.uid == 0 or msg.get("all_users") and peer.uid == 0 else peer.uid
-        jobs = self.store.finished(uid=uid, limit=limit)
+        uid = None if peer.uid == 0 else peer.uid
+        ids = msg.get("jobs")
+        if ids is not None:
+            if not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
+                raise ProtocolError("argument 'jobs' must be a list of job ids")
+            found = [self.store.job(i) for i in ids]
+            jobs = [j for j in found if j is not None and j.state in FINISHED and (uid is None or j.uid == uid)]
+        else:
+            jobs = self.store.finished(uid=uid, limit=limit)
         return {"jobs": [dict(j.public(full=True), history=self._history(j.id)) for j in jobs]}
 
     def _history(self, job_id: int) -> list[dict[str, Any]]:
@@ -168,6 +175,25 @@ class Launcher:
         self.store.set_meta("paused", "1" if paused else "0")
         self.dirty = True
         return {"paused": paused}
+
+    def set_policy(self, msg: dict[str, Any]) -> dict[str, Any]:
+        """Switch the policy (root, idle node only): how `vmreplay` runs one workload under several."""
+        if self._peer(msg).uid != 0:
+            raise ProtocolError("only root may change the policy")
+        spec = msg.get("policy")
+        if not isinstance(spec, str):
+            raise ProtocolError("argument 'policy' must be a policy spec string")
+        try:
+            policy = parse_policy_spec(spec)
+        except ValueError as e:
+            raise ProtocolError(str(e)) from None
+        busy = self.store.count(ACTIVE)
+        if busy:
+            raise ProtocolError(f"{busy} job(s) queued or running; the policy can only change on an idle node")
+        log.info("policy %s -> %s", self.policy.spec(), policy.spec())
+        self.policy = policy
+        self.dirty = True
+        return {"policy": policy.spec()}
 
     def info(self, msg: dict[str, Any]) -> dict[str, Any]:
         return {

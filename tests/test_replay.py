@@ -1,0 +1,62 @@
+"""`vmreplay` end to end: a generated workload of real MPI jobs under two policies, on private daemons."""
+
+from __future__ import annotations
+
+import subprocess
+
+from tests.conftest import BIN
+from workloads.catalog import AppSpec
+from workloads.generate import MixEntry, WorkloadSpec, generate
+from workloads.params import AllowedCounts
+from workloads.swf import read_swf
+
+POLICIES = ("fcfs+easy:abort/fifo", "fjt+easy:malleable/fifo")
+
+
+def small_workload(directory) -> int:
+    """About 20 class-S jobs (about a second each) arriving over about 25 s, long and short."""
+    up_to_2 = AllowedCounts.of([2, 1])
+    apps = [
+        AppSpec("ep", "S", "mpiexec -n N python -m apps.ep --class S", 2.0, "short", up_to_2, "low"),
+        AppSpec("sweep", "S", "mpiexec -n N python -m apps.sweep --class S", 2.0, "short", up_to_2, "high"),
+        AppSpec("send", "S.50x6", "mpiexec -n N python -m apps.send --class S --iters 20 --variant 50x6", 3.0,
+                "long", up_to_2, "medium", balanced=False),
+        AppSpec("cg", "S", "mpiexec -n N python -m apps.cg --class S", 2.0, "long", up_to_2, "high"),
+    ]  # fmt: skip
+    spec = WorkloadSpec(cpus=2, utilization=0.8, mix=tuple(MixEntry(a, 0.25) for a in apps), duration=25, seed=7)
+    w = generate(spec)
+    w.write_params(directory)
+    return len(w.arrivals)
+
+
+def test_replay_two_policies_end_to_end(tmp_path):
+    params, out = tmp_path / "workload", tmp_path / "results"
+    params.mkdir()
+    njobs = small_workload(params)
+    assert 12 <= njobs <= 30
+    argv = [str(BIN / "vmreplay"), str(params), "--private", "--time-scale", "2", "--out", str(out)]
+    for p in POLICIES:
+        argv += ["--policy", p]
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    for policy in POLICIES:
+        d = out / policy.replace("+", "_").replace(":", "_").replace("/", "_")
+        assert d.is_dir(), sorted(p.name for p in out.iterdir())
+        log = read_swf(d / "result.swf")
+        ids = [j.job_number for j in log.jobs]
+        assert len(ids) == njobs and len(set(ids)) == njobs, "every job exactly once"
+        assert f"{njobs} of {njobs} jobs completed with a verified result" in (d / "report.md").read_text()
+        for png in ("partitions.png", "utilization.png"):
+            assert (d / png).stat().st_size > 1000
+    comparison = (out / "comparison.md").read_text()
+    assert all(p in comparison for p in POLICIES)
+    assert (out / "response_by_class.png").stat().st_size > 1000
+    assert (out / "relative_cdf.png").stat().st_size > 1000
+
+
+def test_replay_bad_workload(tmp_path):
+    (tmp_path / "template.txt").write_text("mpiexec -n N python -m apps.ep --class S\n")
+    r = subprocess.run([str(BIN / "vmreplay"), str(tmp_path), "--private"], capture_output=True, text=True)
+    assert r.returncode == 1 and "allowed_procs.txt" in r.stderr
+    r = subprocess.run([str(BIN / "vmreplay"), str(tmp_path), "--time-scale", "0"], capture_output=True, text=True)
+    assert r.returncode == 2 and "--time-scale" in r.stderr
