@@ -19,7 +19,8 @@ def job_records(rows: Iterable[dict[str, Any]]) -> list[JobRecord]:
         out.append(JobRecord(
             id=r["id"], submit=r["submit_time"], start=r["start_time"], end=r["end_time"],
             procs_requested=r["nranks"], procs_used=r["nranks"],
-            requested_time=r.get("time_limit") or r.get("estimate"), job_class=r["job_class"], deadline=r.get("deadline"), cpu_seconds=r["cpu_seconds"],
+            requested_time=r.get("time_limit") or r.get("estimate"), job_class=r["job_class"],
+            deadline=r.get("deadline"), cpu_seconds=r["cpu_seconds"],
         ))  # fmt: skip
     return out
 
