@@ -182,15 +182,25 @@ class CpuManager:
         raise ProtocolError(f"process {pid} is not registered")
 
     def suspend(self, msg: dict[str, Any]) -> dict[str, Any]:
+        """Stop every rank of the job; it holds no CPUs until resumed (the others may expand)."""
         job = self._job(msg)
-        return {"job": job.job_id, "stopped": self._signal_job(job, stop=True)}
+        stopped = self._signal_job(job, stop=True)
+        self.repartition()
+        return {"job": job.job_id, "stopped": stopped}
 
     def resume(self, msg: dict[str, Any]) -> dict[str, Any]:
+        """Give the job CPUs again (at least its minimum; others shrink), then continue its ranks."""
         job = self._job(msg)
+        if not job.suspended:
+            raise ProtocolError(f"job {job.job_id} is not suspended")
+        shapes = self._shapes() + [JobShape(job.job_id, job.nranks, job.max_mpl, 0)]
+        plan = self._plan(shapes, f"cannot resume job {job.job_id}")
+        self.table.seg.jobs[job.slot].suspended = 0
+        self._apply(plan)
         return {"job": job.job_id, "continued": self._signal_job(job, stop=False)}
 
     def free(self, msg: dict[str, Any]) -> dict[str, Any]:
-        jobs = self.table.jobs()
+        jobs = [j for j in self.table.jobs() if not j.suspended]
         used = sum(len(j.cpus) for j in jobs)
         minimum = sum(minimum_partition(j.nranks, j.max_mpl) for j in jobs)
         return {
@@ -274,7 +284,7 @@ class CpuManager:
         state = self.lbd[j.job_id]
         user = None
         if state.wants_user_times(self.lbd_params):
-            times = [proc.user_time_us(self.ranks[s].pid) if s in self.ranks else None for s in slots]
+            times = [proc.cpu_time_us(self.ranks[s].pid) if s in self.ranks else None for s in slots]
             user = None if None in times else [t / 1e6 for t in times]  # type: ignore[operator]
         switches = self.table.rank_cols["ctx_switches"][slots].tolist()
         new = lbd_step(state, switches, user, self.lbd_params)
@@ -291,7 +301,8 @@ class CpuManager:
 
     # -- helpers ---------------------------------------------------------------------------------
     def _shapes(self) -> list[JobShape]:
-        return [JobShape(j.job_id, j.nranks, j.max_mpl, len(j.cpus)) for j in self.table.jobs()]
+        """The jobs that hold CPUs: all admitted ones except the suspended."""
+        return [JobShape(j.job_id, j.nranks, j.max_mpl, len(j.cpus)) for j in self.table.jobs() if not j.suspended]
 
     def _current(self) -> dict[int, tuple[int, ...]]:
         return {j.job_id: j.cpus for j in self.table.jobs()}
@@ -310,7 +321,8 @@ class CpuManager:
         changed = []
         with self.table.locked():
             for j in self.table.jobs():
-                if j.job_id in plan and self.table.set_partition(j.slot, plan[j.job_id]):
+                cpus = () if j.suspended else plan.get(j.job_id)
+                if cpus is not None and self.table.set_partition(j.slot, cpus):
                     changed.append(j.job_id)
         for j in self.table.jobs():
             if j.job_id in changed:
@@ -342,7 +354,10 @@ class CpuManager:
 
     def _pin(self, slot: int, j: JobView) -> None:
         t = self.ranks[slot]
-        target = rank_cpus(self.table.seg.ranks[slot].rank, j.cpus, local_queues=j.queue == L.QUEUE_LOCAL)
+        # At MPL 1 every rank has a CPU of its own, whatever the queue type: pin it there, so that two
+        # spinning ranks never share a CPU while another one idles.
+        own = j.queue == L.QUEUE_LOCAL or len(j.cpus) >= j.nranks
+        target = rank_cpus(self.table.seg.ranks[slot].rank, j.cpus, local_queues=own)
         if target and t.pinned != target and proc.set_affinity(t.pid, target):
             t.pinned = target
 

@@ -61,6 +61,19 @@ def user_time_us(pid: int) -> int | None:
     return int(fields[11]) * 1_000_000 // _CLK_TCK  # utime, field 14 of stat
 
 
+def cpu_time_us(pid: int) -> int | None:
+    """CPU time (user + system) in microseconds, from the scheduler's nanosecond count.
+
+    For the LBD's idleness window: /proc utime advances in 10 ms ticks, which over a window of a
+    few hundred ms is noise of the same size as the 10 % threshold. Under self-coscheduling a rank
+    that waits is blocked, not spinning, so CPU time is the time it did work."""
+    try:
+        with open(f"/proc/{pid}/schedstat", "rb") as f:
+            return int(f.read().split()[0]) // 1000
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def set_affinity(pid: int, cpus: tuple[int, ...]) -> bool:
     try:
         os.sched_setaffinity(pid, cpus)

@@ -21,7 +21,7 @@ import psutil
 from cpumanager.client import CpuManagerClient
 from launcher import runner
 from launcher.policy.config import PolicyConfig, parse_policy_spec
-from launcher.policy.core import decide, next_event_time
+from launcher.policy.core import can_ever_start, decide, hold_idle_cpus, next_event_time
 from launcher.policy.decisions import Abort, Decision, Resume, SetMaxMpl, Start, Suspend
 from launcher.policy.snapshot import QueuedJob, RunningJob, Snapshot
 from launcher.requests import RequestError, validate_submission
@@ -95,6 +95,10 @@ class Launcher:
             sub = validate_submission(msg, self.cfg.launcher, self.ncpus, self.policy.max_mpl_limit, now)
         except RequestError as e:
             raise ProtocolError(str(e)) from None
+        probe = QueuedJob(0, now, "", sub.procs, sub.max_mpl, sub.job_class, sub.estimate, sub.deadline)
+        if not can_ever_start(probe, self.ncpus, self.policy):
+            raise ProtocolError(f"policy {self.policy.spec()} would never start this job on {self.ncpus} CPUs "
+                                f"(ranks {list(sub.procs)}, max MPL {sub.max_mpl or 'any'})")  # fmt: skip
         job_id = self.store.add_job(
             uid=peer.uid, gid=peer.gid, user=user_name(peer.uid), name=sub.name, command=sub.command,
             cwd=sub.cwd, env=sub.env, stdout=sub.stdout, stderr=sub.stderr, procs=list(sub.procs),
@@ -319,9 +323,11 @@ class Launcher:
             part = self.partitions.get(j.id)
             n, m = j.nranks or j.procs[0], j.cur_max_mpl or 1
             cpus = len(part["cpus"]) if part else ceil(n / m)
+            # An aborting job holds its CPUs until it is gone, but its window is dealt with.
+            backfilled = j.backfilled and j.state != "aborting"
             running.append(RunningJob(
                 j.id, n, m, cpus, j.start_time or now, j.run_estimate or j.estimate, j.job_class,
-                j.backfilled, j.window_end, j.suspended, j.submit_time, j.max_mpl,
+                backfilled, j.window_end, j.suspended, j.submit_time, j.max_mpl,
             ))  # fmt: skip
         return Snapshot(now, self.ncpus, queue, tuple(running))
 
@@ -330,7 +336,7 @@ class Launcher:
         self.last_pass = now
         if self.paused:
             self.next_event = None
-            self._tell_queue_state()
+            self._tell_queue_state(False)
             return
         for d in decide(self.snapshot(now), self.policy):
             try:
@@ -338,11 +344,11 @@ class Launcher:
             except (ProtocolError, DaemonUnavailable, OSError) as e:
                 log.warning("could not apply %s: %s", d, e)
                 self.dirty = True
-        self.next_event = next_event_time(self.snapshot(now), self.policy)
-        self._tell_queue_state()
+        after = self.snapshot(now)
+        self.next_event = next_event_time(after, self.policy)
+        self._tell_queue_state(hold_idle_cpus(after, self.policy))
 
-    def _tell_queue_state(self) -> None:
-        waiting = self.store.count(("queued",)) > 0 and not self.paused
+    def _tell_queue_state(self, waiting: bool) -> None:
         try:
             self.cpu.set_queue_waiting(waiting)
         except (ProtocolError, DaemonUnavailable) as e:

@@ -110,8 +110,18 @@ def test_suspend_resume_and_no_stopped_rank_after_exit(tmp_path, spawn):
         c.register(3, r, p.pid)
     assert c.suspend(3) == 2
     wait_for(lambda: all(proc_state(p.pid) == "T" for p in ps), what="ranks to stop")
+    # A suspended job holds no CPUs: another job may take them, and it must fit again to resume.
+    assert c.partitions() == {3: []}
+    assert c.admit(4, nranks=2, max_mpl=1) == [0, 1]
+    with pytest.raises(ProtocolError, match="cannot resume job 3"):
+        c.resume(3)
+    assert all(proc_state(p.pid) == "T" for p in ps)
+    c.release(4)
     assert c.resume(3) == 2
+    assert c.partitions() == {3: [0, 1]}
     wait_for(lambda: all(proc_state(p.pid) == "S" for p in ps), what="ranks to continue")
+    with pytest.raises(ProtocolError, match="not suspended"):
+        c.resume(3)
     c.suspend(3)
     wait_for(lambda: all(proc_state(p.pid) == "T" for p in ps), what="ranks to stop")
     assert cm.stop() == 0

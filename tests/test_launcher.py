@@ -153,7 +153,7 @@ def test_restart_loses_nothing_and_starts_nothing_twice(node_factory):
 
 def test_bad_input_is_refused_and_changes_nothing(node_factory):
     node = node_factory("fcfs/fifo")
-    keep = node.submit("-n", "2", "--time", "60s", "--", *send_app(200))
+    keep = node.submit("-n", "2", "--time", "60s", "--", *send_app(3000))  # outlives the checks; cancelled
     before = node.queue()["jobs"]
     usage = [
         ("vmsubmit", "-n", "2"),  # no command

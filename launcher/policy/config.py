@@ -1,7 +1,8 @@
 """Which policy is active: order × start rule × backfilling depth × window-expiry action (SPEC §5).
 
 A spec string names a combination in one word, for config files, the command line and `vmq`:
-``POLICY[+BACKFILL[:EXPIRY]][/ORDER]``, e.g. ``fjt+easy:malleable``, ``fcfs+conservative:abort/sjf``.
+``POLICY[+BACKFILL[:EXPIRY]][/ORDER]``, e.g. ``fjt+easy:malleable``, ``fcfs+conservative:abort/sjf``;
+numeric options in brackets after the policy name, e.g. ``fjt[fjt_long_mpl=1]+easy:abort`` (FJT(1)).
 """
 
 from __future__ import annotations
@@ -20,7 +21,11 @@ EXPIRIES = ("abort", "suspend", "none", "malleable")
 # for the malleable action (the thesis pairs the two) and "time" otherwise.
 WINDOW_RULES = ("auto", "time", "order", "either")
 
-_SPEC = re.compile(r"^(?P<policy>[a-z-]+)(?:\+(?P<backfill>[a-z]+)(?::(?P<expiry>[a-z]+))?)?(?:/(?P<order>[a-z]+))?$")
+_SPEC = re.compile(
+    r"^(?P<policy>[a-z-]+)(?:\[(?P<options>[^\]]*)\])?(?:\+(?P<backfill>[a-z]+)(?::(?P<expiry>[a-z]+))?)?"
+    r"(?:/(?P<order>[a-z]+))?$"
+)
+_NUMERIC = ("asp_max", "fjt_long_mpl", "malleable_mpl", "max_mpl_limit")
 
 
 def _choice(name: str, value: object, allowed: tuple[str, ...]) -> None:
@@ -83,6 +88,10 @@ class PolicyConfig:
     def spec(self) -> str:
         """The canonical spec string (what `vmq` shows); parse_policy_spec(cfg.spec()) round-trips."""
         text = self.policy
+        default = PolicyConfig()
+        changed = [f"{k}={getattr(self, k):g}" for k in _NUMERIC if getattr(self, k) != getattr(default, k)]
+        if changed:
+            text += f"[{','.join(changed)}]"
         if self.backfill != "none":
             text += f"+{self.backfill}:{self.expiry}"
         return text + f"/{self.order}"
@@ -100,6 +109,16 @@ def parse_policy_spec(spec: str, **options: object) -> PolicyConfig:
         )
     parts = {k: v for k, v in match.groupdict().items() if v is not None}
     parts.setdefault("backfill", "none")
+    for item in filter(None, (parts.pop("options", "") or "").split(",")):
+        key, _, value = item.partition("=")
+        key = key.strip()
+        if key not in _NUMERIC:
+            raise ValueError(f"unknown policy option {key!r} in {spec!r}; numeric options: {', '.join(_NUMERIC)}")
+        try:
+            number = float(value)
+        except ValueError:
+            raise ValueError(f"policy option {key} needs a number, got {value!r}") from None
+        parts[key] = int(number) if key != "asp_max" and number.is_integer() else number  # type: ignore[assignment]
     known = {f.name for f in fields(PolicyConfig)}
     unknown = sorted(set(options) - known)
     if unknown:

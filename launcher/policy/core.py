@@ -67,3 +67,17 @@ def can_ever_start(job: QueuedJob, ncpus: int, cfg: PolicyConfig) -> bool:
     for an idle machine (more free CPUs or a shorter queue never make a start rule refuse). For
     refusing impossible submissions up front instead of letting them block the queue."""
     return any(isinstance(d, Start) for d in decide(Snapshot(job.submit_time, ncpus, (job,), ()), cfg))
+
+
+def hold_idle_cpus(snapshot: Snapshot, cfg: PolicyConfig) -> bool:
+    """Whether idle CPUs must stay idle for waiting jobs (the CPU manager then expands nobody).
+
+    The thesis's CPU manager never expands while jobs wait. We keep that for the non-work-conserving
+    PSA, and otherwise only while a queued job could start now: when none can, idle CPUs are better
+    used by the running jobs, which shrink back to their minimum the moment a job is admitted.
+    """
+    if not snapshot.queue:
+        return False
+    if cfg.policy == "psa":
+        return True
+    return any(isinstance(d, Start) for d in decide(snapshot, cfg))
