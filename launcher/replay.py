@@ -10,7 +10,7 @@ utilization.png) and all of them to DIR/comparison.md with response_by_class.png
 
 By default it uses the running daemons (root may switch their policy between runs on an idle node);
 with `--private` it starts its own CPU manager and launcher for each policy in a temporary state
-directory, on all CPUs of this machine.
+directory, on all CPUs of this machine (or `--cpus`).
 """
 
 from __future__ import annotations
@@ -69,14 +69,15 @@ def submission(req: JobRequest, cwd: Path) -> dict[str, Any]:
 class PrivateNode:
     """A CPU manager and a launcher of our own, on a temporary state directory."""
 
-    def __init__(self, policy: str) -> None:
+    def __init__(self, policy: str, cpus: str | None = None) -> None:
         self.dir = tempfile.TemporaryDirectory(prefix="vmreplay-")
         state = Path(self.dir.name)
         (state / "vmsched.toml").write_text(f'[launcher]\npolicy = "{policy}"\noverrun = "keep"\n')
         self.cfg = load_config(state_dir=state)
         env = {**os.environ, "VMSCHED_STATE_DIR": str(state)}
         log = open(state / "daemons.out", "ab")  # noqa: SIM115 - lives as long as the daemons
-        self.procs = [subprocess.Popen([str(BIN / "vm-cpumanager")], env=env, stdout=log, stderr=log)]
+        argv = [str(BIN / "vm-cpumanager"), *(["--cpus", cpus] if cpus else [])]
+        self.procs = [subprocess.Popen(argv, env=env, stdout=log, stderr=log)]
         wait_up(Client(self.cfg.cpumanager_socket), self.procs)
         self.procs.append(subprocess.Popen([str(BIN / "vm-launcher")], env=env, stdout=log, stderr=log))
         wait_up(Client(self.cfg.launcher_socket), self.procs)
@@ -154,6 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--time-scale", type=float, default=1.0, help="divide arrival times by this (compression)")
     ap.add_argument("--out", type=Path, default=Path("results"), help="output directory (default ./results)")
     ap.add_argument("--private", action="store_true", help="start own daemons for each policy")
+    ap.add_argument("--cpus", help="with --private: the CPUs they manage, e.g. 0-1 (default: all)")
     ap.add_argument("--state-dir", help="state directory of the running daemons (default: $VMSCHED_STATE_DIR)")
     args = ap.parse_args(argv)
     console = Console()
@@ -170,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     policies = args.policy or [None]
     summaries, records, ncpus = {}, {}, len(os.sched_getaffinity(0))
     for policy in policies:
-        node = PrivateNode(policy or "fjt+easy:malleable") if args.private else None
+        node = PrivateNode(policy or "fjt+easy:malleable", args.cpus) if args.private else None
         try:
             cfg = node.cfg if node else load_config(state_dir=args.state_dir)
             launcher = Client(cfg.launcher_socket, timeout_s=30, what="launcher")
