@@ -17,7 +17,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from launcher.history import acct_row
+from launcher.acct import acct_row
 from launcher.requests import RequestError, parse_deadline, parse_duration, parse_procs
 from vmsched.config import ConfigError, format_cpu_list, load_config
 from vmsched.protocol import Client, DaemonUnavailable, ProtocolError

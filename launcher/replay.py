@@ -30,7 +30,8 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from apps.result import parse_result
-from launcher.history import acct_row, job_records, partition_segments
+from launcher.acct import acct_row
+from launcher.history import job_records, partition_segments
 from vmsched.config import load_config
 from vmsched.protocol import Client, DaemonUnavailable, ProtocolError
 from workloads.errors import WorkloadError
