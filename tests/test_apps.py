@@ -1,0 +1,319 @@
+"""The MPI application suite (apps/): real runs under plain mpiexec, plus the pure helpers.
+
+Every app runs at class S with each allowed count among 1, 2, 4 ranks; it must verify and give the
+same checksum at every count. Bad arguments must fail fast with one clear message.
+"""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from apps import classes, registry
+from apps.counterrng import block_index, uniform
+from apps.exactsum import checksum_of, repro_sums
+from apps.result import format_result, parse_result
+from apps.variants import heavy_ranks, parse_variant
+
+MPIEXEC = Path(sys.executable).parent / "mpiexec"
+REPO = Path(__file__).resolve().parents[1]
+RUN_TIMEOUT = 60
+
+
+def mpirun(n: int, argv: list[str], timeout: float = RUN_TIMEOUT) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(MPIEXEC), "-n", str(n), *argv], cwd=REPO, capture_output=True, text=True, timeout=timeout
+    )
+
+
+_results: dict[tuple[object, ...], dict[str, Any]] = {}
+
+
+def run_app(app: str, n: int, cls: str = "S", **opts: object) -> dict[str, Any]:
+    """Run and check one app; a run already made in this session is reused (the runs are deterministic)."""
+    key = (app, n, cls, *sorted(opts.items()))
+    if key not in _results:
+        _results[key] = _run_app(app, n, cls, **opts)
+    return _results[key]
+
+
+def _run_app(app: str, n: int, cls: str, **opts: object) -> dict[str, Any]:
+    proc = mpirun(n, registry.command(app, cls, **opts))
+    assert proc.returncode == 0, f"{app} n={n} rc={proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+    result = parse_result(proc.stdout)
+    assert (result["app"], result["class"], result["ranks"]) == (app, cls, n)
+    assert result["verified"] is True
+    assert 0.0 <= result["mpi_time"] <= result["time"] * 1.01 + 1e-3
+    return result
+
+
+# --- every app at class S: verified, and the checksum does not depend on the rank count ---------------
+
+
+@pytest.mark.parametrize("app", list(registry.SPECS))
+def test_class_s_verifies_with_same_checksum_at_1_2_4_ranks(app: str) -> None:
+    counts = [n for n in (1, 2, 4) if registry.is_allowed(app, n)]
+    assert counts == ([1, 4] if app == "btmz" else [1, 2, 4])
+    results = [run_app(app, n) for n in counts]
+    checksums = {r["ranks"]: r["checksum"] for r in results}
+    assert len(set(checksums.values())) == 1, f"{app}: checksum depends on the rank count: {checksums}"
+
+
+def test_odd_rank_counts_give_the_same_checksum() -> None:
+    # 3 ranks: uneven blocks (ep), a 3 x 1 tile grid (sweep), an unpaired last rank (send).
+    for app in ("ep", "sweep", "send"):
+        assert run_app(app, 3)["checksum"] == run_app(app, 1)["checksum"], app  # n=1: cached from above
+
+
+# --- the send family ------------------------------------------------------------------------------------
+
+
+def test_send_variants_make_the_chosen_ranks_compute_k_times_longer() -> None:
+    balanced = run_app("send", 2, variant="0x1", iters=8)
+    skewed = run_app("send", 2, variant="50x3", iters=8)
+    assert balanced["info"]["heavy_ranks"] == [] and skewed["info"]["heavy_ranks"] == [1]
+    light, heavy = skewed["info"]["compute_cpu_s"]
+    assert heavy > 2.0 * light, skewed["info"]  # K = 3, measured as CPU time so folding cannot blur it
+    b0, b1 = balanced["info"]["compute_cpu_s"]
+    assert max(b0, b1) < 1.6 * min(b0, b1), balanced["info"]
+    assert skewed["checksum"] == balanced["checksum"]  # the extra work repeats, it does not change the data
+
+
+@pytest.mark.parametrize(("variant", "heavy"), [("50x2", [1, 3]), ("30x2", [3]), ("50x6", [1, 3])])
+def test_send_variants_at_four_ranks(variant: str, heavy: list[int]) -> None:
+    result = run_app("send", 4, variant=variant, iters=4)
+    assert result["info"]["variant"] == variant
+    assert result["info"]["heavy_ranks"] == heavy
+    assert result["info"]["bad_messages"] == 0
+
+
+def test_parse_variant() -> None:
+    assert parse_variant("50x2") == (50, 2)
+    assert parse_variant("0x1") == (0, 1)
+    assert parse_variant("100x6") == (100, 6)
+    for bad in ("50x", "x2", "50*2", "150x2", "0x3", "50x1", "50x0", "-5x2", " 50x2"):
+        with pytest.raises(ValueError, match="bad variant"):
+            parse_variant(bad)
+    assert heavy_ranks(8, 50) == [1, 3, 5, 7]
+    assert heavy_ranks(10, 30) == [3, 6, 9]
+    assert heavy_ranks(4, 0) == []
+    assert heavy_ranks(3, 100) == [0, 1, 2]
+
+
+# --- ring / pingpong ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("n", [1, 3])
+def test_pingpong_and_ring_options(n: int) -> None:
+    ping = run_app("ring", n, mode="pingpong", iters=500, size=1024)
+    ring = run_app("ring", n, mode="ring", iters=500, size=1024)
+    assert ping["info"]["mode"] == "pingpong" and ring["info"]["mode"] == "ring"
+    assert ping["info"]["latency_us"] > 0 and ring["info"]["latency_us"] > 0
+    assert ping["checksum"] != ring["checksum"]
+    # checksums depend on mode, iters and size only
+    assert run_app("ring", 2, mode="pingpong", iters=500, size=1024)["checksum"] == ping["checksum"]
+
+
+# --- wrong arguments: one clear message, non-zero exit, no computation ---------------------------------
+
+
+@pytest.mark.parametrize(
+    ("n", "argv", "message"),
+    [
+        (
+            3,
+            ["-m", "apps.cg", "--class", "B"],
+            "cg needs a power-of-two number of ranks from 1 to 64; it was started with 3",
+        ),
+        (2, ["-m", "apps.btmz", "-c", "B"], "btmz needs a perfect-square number of ranks"),
+        (2, ["-m", "apps.ep", "--class", "Q"], "unknown class 'Q' for ep; choose one of S, W, A, B"),
+        (2, ["-m", "apps.sweep", "--class", "B"], "unknown class 'B' for sweep"),
+        (2, ["-m", "apps.send", "-c", "A", "--variant", "150x2"], "bad variant '150x2'"),
+        (2, ["-m", "apps.send", "-c", "A", "--variant", "fast"], "bad variant 'fast'"),
+        (2, ["-m", "apps.ring", "-c", "A", "--mode", "star"], "unknown mode 'star'"),
+        (2, ["-m", "apps.ring", "-c", "A", "--size", "12"], "--size must be a multiple of 8"),
+        (2, ["-m", "apps.ft", "-c", "B", "--bogus"], "unrecognized arguments: --bogus"),
+    ],  # fmt: skip
+)
+def test_wrong_arguments_fail_before_computing(n: int, argv: list[str], message: str) -> None:
+    t = time.monotonic()
+    proc = mpirun(n, [sys.executable, *argv], timeout=30)
+    elapsed = time.monotonic() - t
+    assert proc.returncode == 2, proc.stderr
+    assert message in proc.stderr
+    assert proc.stderr.count("error:") == 1, proc.stderr  # rank 0 alone reports
+    assert "VMAPP" not in proc.stdout
+    assert elapsed < 10, f"took {elapsed:.1f} s: it computed (a class A/B run takes a minute or more)"
+
+
+def test_failed_verification_exits_1_after_the_result_line(tmp_path: Path) -> None:
+    script = tmp_path / "failing_app.py"
+    script.write_text(
+        textwrap.dedent(
+            """
+            from apps import harness
+
+            def kernel(ctx):
+                ctx.comm.Barrier()
+                return harness.Outcome(verified=ctx.rank != 1, checksum="x", info={})
+
+            harness.main("ep", kernel)
+            """
+        )
+    )
+    proc = mpirun(2, [sys.executable, str(script)], timeout=30)
+    assert proc.returncode == 1
+    result = parse_result(proc.stdout)
+    assert result["verified"] is False  # one rank's failure fails the whole run
+    assert "verification FAILED" in proc.stderr
+
+
+def test_an_exception_in_one_rank_aborts_the_job(tmp_path: Path) -> None:
+    script = tmp_path / "crashing_app.py"
+    script.write_text(
+        textwrap.dedent(
+            """
+            from apps import harness
+
+            def kernel(ctx):
+                if ctx.rank == 1:
+                    raise RuntimeError("boom")
+                ctx.comm.Barrier()  # rank 0 would wait here forever without the abort
+                return harness.Outcome(True, "x")
+
+            harness.main("ep", kernel)
+            """
+        )
+    )
+    proc = mpirun(2, [sys.executable, str(script)], timeout=30)
+    assert proc.returncode != 0
+    assert "RuntimeError: boom" in proc.stderr
+    assert "VMAPP" not in proc.stdout
+
+
+# --- registry -------------------------------------------------------------------------------------------
+
+
+def test_registry_allowed_counts() -> None:
+    assert registry.allowed_counts("cg", 64) == [1, 2, 4, 8, 16, 32, 64]
+    assert registry.allowed_counts("cg", 10) == [1, 2, 4, 8]
+    assert registry.allowed_counts("btmz", 40) == [1, 4, 9, 16, 25, 36]
+    assert registry.allowed_counts("ep", 5) == [1, 2, 3, 4, 5]
+    assert registry.allowed_counts("ep", 1000)[-1] == 64
+    assert registry.is_allowed("mg", 32) and not registry.is_allowed("mg", 12) and not registry.is_allowed("ep", 0)
+    with pytest.raises(ValueError, match="unknown app 'nope'"):
+        registry.allowed_counts("nope", 4)
+
+
+def test_registry_command_and_names() -> None:
+    argv = registry.command("send", "W", variant="50x2")
+    assert argv == [sys.executable, "-m", "apps.send", "--class", "W", "--variant", "50x2"]
+    assert registry.command("ring", "S", mode="pingpong", iters=10)[-4:] == ["--mode", "pingpong", "--iters", "10"]
+    with pytest.raises(ValueError, match="no class 'B'"):
+        registry.command("sweep", "B")
+    with pytest.raises(ValueError, match="no option 'variant'"):
+        registry.command("cg", "S", variant="50x2")
+    with pytest.raises(ValueError, match="bad variant"):
+        registry.command("send", "S", variant="50x0")
+    assert registry.split_name("send.50x2") == ("send", {"variant": "50x2"})
+    assert registry.split_name("cg") == ("cg", {})
+    assert registry.is_balanced("send") and registry.is_balanced("send.0x1") and registry.is_balanced("cg")
+    assert not registry.is_balanced("send.50x2") and not registry.is_balanced("btmz")
+    with pytest.raises(ValueError):
+        registry.split_name("cg.50x2")
+
+
+def test_every_app_has_sizes_for_its_classes() -> None:
+    for name, spec in registry.SPECS.items():
+        assert set(spec.classes) == set(classes.SIZES[name]), name
+        works = [classes.work(name, c) for c in spec.classes]
+        assert works == sorted(works) and len(set(works)) == len(works), f"{name}: classes must grow"
+        assert spec.module == f"apps.{name}" and (REPO / "apps" / f"{name}.py").is_file()
+
+
+# --- result line ----------------------------------------------------------------------------------------
+
+
+def test_result_line_round_trip_and_errors() -> None:
+    result = {"app": "ep", "class": "S", "ranks": 4, "time": 1.5, "mpi_time": 0.1, "mpi_pct": 6.7,
+              "verified": True, "checksum": "abc", "info": {"k": [1, 2]}}  # fmt: skip
+    line = format_result(result)
+    assert line.startswith("VMAPP {") and "\n" not in line
+    assert parse_result(f"noise\n{line}\nmore noise\n") == result
+    with pytest.raises(ValueError, match="found 0"):
+        parse_result("no result here")
+    with pytest.raises(ValueError, match="found 2"):
+        parse_result(f"{line}\n{line}")
+    with pytest.raises(ValueError, match="malformed"):
+        parse_result("VMAPP {not json")
+    with pytest.raises(ValueError, match="lacks keys"):
+        parse_result('VMAPP {"app": "ep"}')
+    with pytest.raises(ValueError, match="lacks keys"):
+        format_result({"app": "ep"})
+
+
+# --- the building blocks of rank-independent checksums --------------------------------------------------
+
+
+def test_repro_sums_do_not_depend_on_order_or_split() -> None:
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal(100_000) * np.exp(rng.uniform(-30, 30, 100_000))
+    total = repro_sums(None, [x])[0]
+    assert math.isclose(total, math.fsum(x), rel_tol=0, abs_tol=1e-15 * float(np.abs(x).max()))
+    for seed in range(3):
+        perm = np.random.default_rng(seed).permutation(x)
+        parts = np.array_split(perm, 7)
+        # rank-style: digit sums per part, added as integers, give the same bits
+        e = math.frexp(float(np.abs(x).max()))[1]
+        from apps.exactsum import digit_sums, digits_value
+
+        digits = sum(digit_sums(p, e) for p in parts)
+        assert digits_value(digits.tolist(), e) == total
+        assert repro_sums(None, [perm])[0] == total
+    assert repro_sums(None, [np.zeros(5), np.array([1.0, np.nan]), np.array([])]) == [
+        0.0,
+        pytest.approx(math.nan, nan_ok=True),
+        0.0,
+    ]
+
+
+def test_counter_rng_is_decomposition_independent() -> None:
+    whole = uniform(3, block_index((6, 5, 4), (0, 0, 0), (6, 5, 4)))
+    part = uniform(3, block_index((6, 5, 4), (2, 1, 0), (4, 5, 3)))
+    assert np.array_equal(whole.reshape(6, 5, 4)[2:4, 1:5, 0:3], part)
+    assert 0.0 <= whole.min() and whole.max() < 1.0
+    assert not np.array_equal(uniform(3, np.arange(10)), uniform(4, np.arange(10)))
+    assert checksum_of([1.0, 2, "x"]) == checksum_of([1.0, 2, "x"]) != checksum_of([1.0 + 2**-52, 2, "x"])
+
+
+# --- the measurement table ------------------------------------------------------------------------------
+
+
+def test_measure_table_estimates_classifies_and_flags_mismatches(tmp_path: Path) -> None:
+    from apps import measure
+
+    def res(name: str, cls: str, n: int, t: float, checksum: str = "c") -> dict[str, Any]:
+        return {"name": name, "class": cls, "ranks": n, "time": t, "mpi_pct": 10.0 * n, "verified": True,
+                "checksum": checksum}  # fmt: skip
+
+    results = [res("ep", "W", 1, 12.0), res("ep", "W", 2, 5.0), res("ep", "W", 4, 4.0, "other")]
+    results += [res("btmz", "W", 1, 30.0), res("btmz", "W", 4, 9.0), res("send.50x2", "W", 1, 1.0)]
+    text = measure.table(results, ["ep", "btmz", "send.50x2"], ["W"], ["A"], [1, 2, 4], "python -m apps.measure x")
+    rows = {tuple(c.strip() for c in line.strip("|").split("|")[:2]): line for line in text.splitlines()}
+    assert "MISMATCH" in rows[("ep", "W")] and "| short |" in rows[("ep", "W")]
+    ratio = classes.work("ep", "A") / classes.work("ep", "W")
+    assert f"~{12.0 * ratio:.1f}" in rows[("ep", "A")] and "| long |" in rows[("ep", "A")]
+    assert "| n/a |" in rows[("btmz", "W")] and "| medium |" in rows[("btmz", "W")]
+    assert "| no |" in rows[("send.50x2", "W")]
+    out = tmp_path / "README.md"
+    out.write_text(f"intro\n{measure.START}\nold\n{measure.END}\noutro\n")
+    measure.write_out(out, text)
+    assert out.read_text() == f"intro\n{measure.START}\n{text}{measure.END}\noutro\n"
