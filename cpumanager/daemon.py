@@ -5,16 +5,13 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import signal
 import sys
 import time
-
-import zmq
 
 from cpumanager.manager import CpuManager, open_table
 from cpumanager.table import TableError
 from vmsched.config import Config, ConfigError, format_cpu_list, load_config, parse_cpu_list
-from vmsched.protocol import bind_rep, serve_one
+from vmsched.daemon import request_socket, serve_forever, setup_logging
 
 log = logging.getLogger("vm-cpumanager")
 
@@ -59,10 +56,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"vm-cpumanager: {e}", file=sys.stderr)
         return 2
     cfg.state_dir.mkdir(parents=True, exist_ok=True)
-    logging.basicConfig(
-        level=args.log_level, format="%(asctime)s %(name)s %(levelname)s %(message)s",
-        handlers=[logging.StreamHandler(), logging.FileHandler(cfg.cpumanager_log)],
-    )  # fmt: skip
+    setup_logging(args.log_level, cfg.cpumanager_log)
     if reserved is not None:
         os.sched_setaffinity(0, {reserved})
     try:
@@ -71,41 +65,28 @@ def main(argv: list[str] | None = None) -> int:
         log.error("%s", e)
         return 1
     mgr = CpuManager(cfg, table, recovered)
-    stop = False
-
-    def on_signal(signum: int, _frame: object) -> None:
-        nonlocal stop
-        stop = True
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-    ctx = zmq.Context()
-    sock = bind_rep(ctx, cfg.cpumanager_socket)
-    log.info("managing CPUs %s (reserved %s), quantum %.1f ms, shm %s, socket %s%s",
-             format_cpu_list(cpus), reserved, cfg.cpumanager.quantum_ms, cfg.shm_name, cfg.cpumanager_socket,
-             " (recovered)" if recovered else "")  # fmt: skip
     quantum = cfg.cpumanager.quantum_ms / 1000
-    handlers = mgr.handlers()
-    poller = zmq.Poller()
-    poller.register(sock, zmq.POLLIN)
-    try:
-        next_q = time.monotonic()
-        while not stop:
-            wait = max(0.0, next_q - time.monotonic())
-            if poller.poll(wait * 1000):
-                serve_one(sock, handlers, lambda err: log.warning("bad request: %s", err))
-            if time.monotonic() < next_q:
-                continue
+    next_q = time.monotonic()
+
+    def tick() -> float:
+        nonlocal next_q
+        now = time.monotonic()
+        if now >= next_q:
             mgr.reconcile()
             next_q += quantum
-            if next_q < time.monotonic():  # fell behind (e.g. suspended): do not burst
-                next_q = time.monotonic() + quantum
+            if next_q < now:  # fell behind (e.g. the daemon was stopped): do not burst
+                next_q = now + quantum
+        return max(0.0, next_q - time.monotonic())
+
+    try:
+        with request_socket(cfg.cpumanager_socket) as sock:
+            log.info("managing CPUs %s (reserved %s), quantum %.1f ms, shm %s, socket %s%s",
+                     format_cpu_list(cpus), reserved, cfg.cpumanager.quantum_ms, cfg.shm_name,
+                     cfg.cpumanager_socket, " (recovered)" if recovered else "")  # fmt: skip
+            serve_forever(sock, mgr.handlers(), tick, log)
     finally:
         log.info("shutting down: continuing stopped ranks, waking blocked ones, removing %s", cfg.shm_name)
         mgr.shutdown()
-        sock.close(0)
-        ctx.term()
-        cfg.cpumanager_socket.unlink(missing_ok=True)
         table.unlink()
         table.close()
     return 0

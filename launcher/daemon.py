@@ -5,18 +5,16 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import signal
 import sys
 import time
-
-import zmq
 
 from cpumanager.client import CpuManagerClient
 from launcher.service import Launcher, load_policy
 from launcher.store import Store
 from vmsched.config import ConfigError, load_config
+from vmsched.daemon import request_socket, serve_forever, setup_logging
 from vmsched.proctrack import pid_alive_cmd
-from vmsched.protocol import DaemonUnavailable, bind_rep, serve_one
+from vmsched.protocol import DaemonUnavailable
 
 log = logging.getLogger("vm-launcher")
 
@@ -44,10 +42,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     cfg.state_dir.mkdir(parents=True, exist_ok=True)
     cfg.jobs_dir.mkdir(exist_ok=True)
-    logging.basicConfig(
-        level=args.log_level, format="%(asctime)s %(name)s %(levelname)s %(message)s",
-        handlers=[logging.StreamHandler(), logging.FileHandler(cfg.launcher_log)],
-    )  # fmt: skip
+    setup_logging(args.log_level, cfg.launcher_log)
     pidfile = cfg.state_dir / "launcher.pid"
     try:
         other = int(pidfile.read_text())
@@ -73,36 +68,18 @@ def main(argv: list[str] | None = None) -> int:
     cfg.jobs_dir.chmod(0o711)
     svc = Launcher(cfg, store, cpu, policy)
     svc.recover()
-    stop = False
-
-    def on_signal(signum: int, _frame: object) -> None:
-        nonlocal stop
-        stop = True
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-    ctx = zmq.Context()
-    sock = bind_rep(ctx, cfg.launcher_socket)
-    # Every local user may submit; who they are comes from the kernel (SO_PEERCRED), not the request.
-    os.chmod(cfg.launcher_socket, 0o666)
-    cfg.state_dir.chmod(cfg.state_dir.stat().st_mode | 0o011)  # reach the socket, list nothing
-    poller = zmq.Poller()
-    poller.register(sock, zmq.POLLIN)
-    log.info("policy %s, %d CPUs, database %s, socket %s", policy.spec(), svc.ncpus, cfg.db_path, cfg.launcher_socket)
-    handlers = svc.handlers()
     try:
-        wait = 0.0
-        while not stop:
-            if poller.poll(wait * 1000):
-                serve_one(sock, handlers, lambda err: log.warning("bad request: %s", err))
-            wait = svc.tick(time.time())
+        with request_socket(cfg.launcher_socket) as sock:
+            # Every local user may submit; who they are comes from the kernel (SO_PEERCRED), not the request.
+            os.chmod(cfg.launcher_socket, 0o666)
+            cfg.state_dir.chmod(cfg.state_dir.stat().st_mode | 0o011)  # reach the socket, list nothing
+            log.info("policy %s, %d CPUs, database %s, socket %s", policy.spec(), svc.ncpus, cfg.db_path,
+                     cfg.launcher_socket)  # fmt: skip
+            serve_forever(sock, svc.handlers(), lambda: svc.tick(time.time()), log)
     finally:
         # Running jobs go on without us: their shims are in their own sessions, and the next launcher
         # finds them again (KillMode=process in the unit keeps systemd from killing them too).
         log.info("stopping; %d jobs keep running", store.count(("running",)))
-        sock.close(0)
-        ctx.term()
-        cfg.launcher_socket.unlink(missing_ok=True)
         pidfile.unlink(missing_ok=True)
         svc.close()
         store.close()

@@ -24,38 +24,9 @@ import sys
 import time
 from pathlib import Path
 
-import psutil
+from vmruntime.shmclean import remove_leftovers, shm_segments
 
 SHM_SCAN_S = 2.0
-
-
-def shm_segments(pid: int) -> set[str]:
-    """POSIX shared-memory files the job's processes have mapped (MPICH's intranode channels)."""
-    found: set[str] = set()
-    try:
-        procs = [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
-    except psutil.Error:
-        return found
-    for p in procs:
-        try:
-            # Never the CPU manager's table or its lock, which every rank maps too.
-            found.update(m.path for m in p.memory_maps() if m.path.startswith("/dev/shm/") and "vmsched" not in m.path)
-        except psutil.Error:
-            continue
-    return found
-
-
-def remove_leftovers(segments: set[str]) -> list[str]:
-    """MPICH removes its segments at MPI_Finalize; a killed job leaves them behind. Remove those
-    this job had mapped (and only those) once all its processes are gone."""
-    removed = []
-    for path in sorted(segments):
-        try:
-            os.unlink(path)
-            removed.append(path)
-        except OSError:
-            pass
-    return removed
 
 
 def write_status(path: Path, **status: object) -> None:
