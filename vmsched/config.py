@@ -203,5 +203,3 @@ def load_config(
     except ValueError as e:
         raise ConfigError(f"[launcher] policy: {e}") from None
     return cfg
-
-
