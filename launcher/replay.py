@@ -162,6 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     console = Console()
     if args.time_scale <= 0:
         ap.error("--time-scale must be > 0")
+    args.out = args.out.resolve()  # the jobs' working directory must be absolute
     try:
         requests = load_workload(args.workload, args.trace)
     except WorkloadError as e:
