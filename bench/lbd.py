@@ -1,0 +1,103 @@
+"""Load Balancing Detector: an imbalanced job (send.50x6) and a balanced one run folded (4 ranks on the
+2 CPUs, MPL 2) on a fixed local queue, a fixed global queue, and under the LBD (starts global, decides
+at run time), in one invocation. Target: LBD within 5 % of the better fixed choice for each job.
+The jobs run about 6 s, so that the LBD's measuring phase (about a second on the global queue) is a
+small part of them, as it is for real jobs.
+
+Workloads: the apps developer's `apps.send` (class S) when it is installed, else the same pattern from
+vmruntime.selftest. The LBD's decision and figures are read from the CPU manager's log.
+
+    python bench/lbd.py [--reps 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from vmruntime.testing import Manager, selftest_cmd, vmrun_cmd  # noqa: E402
+
+APPS = importlib.util.find_spec("apps.send") is not None
+if APPS:
+    JOBS = {
+        "send.50x6": [sys.executable, "-m", "apps.send", "-c", "S", "--variant", "50x6", "--iters", "120"],
+        "balanced": [sys.executable, "-m", "apps.send", "-c", "S", "--variant", "0x1", "--iters", "450"],
+    }
+else:
+    JOBS = {
+        "send.50x6": selftest_cmd("send", "--variant", "50x6", "--iters", "120", "--work", "5"),
+        "balanced": selftest_cmd("send", "--variant", "50x1", "--iters", "450", "--work", "5"),
+    }
+QUEUES = ("local", "global", "lbd")
+
+
+def elapsed(stdout: str) -> float:
+    last = stdout.strip().splitlines()[-1]
+    if last.startswith("VMAPP "):
+        d = json.loads(last[len("VMAPP ") :])
+        if not d["verified"]:
+            raise RuntimeError(f"verification failed: {d}")
+        return float(d["time"])
+    d = json.loads(last)
+    if not d["ok"]:
+        raise RuntimeError(f"verification failed: {d}")
+    return float(d["elapsed_s"])
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--reps", type=int, default=2)
+    args = p.parse_args()
+    times: dict[tuple[str, str], list[float]] = {(j, q): [] for j in JOBS for q in QUEUES}
+    decisions: dict[str, list[str]] = {j: [] for j in JOBS}
+    load0 = os.getloadavg()[0]
+    job_id = 7000
+    with Manager(cpus="0-1") as m:
+        for _ in range(args.reps):
+            for name, cmd in JOBS.items():
+                for q in QUEUES:
+                    job_id += 1
+                    res = subprocess.run(vmrun_cmd(m.state_dir, 4, 2, cmd, queue=q, job_id=job_id), env=m.env(),
+                                         capture_output=True, text=True, timeout=900)  # fmt: skip
+                    if res.returncode != 0:
+                        raise RuntimeError(f"{name} on {q} failed: {res.stderr[-2000:]}")
+                    times[(name, q)].append(elapsed(res.stdout))
+                    if q == "lbd":
+                        hit = re.search(rf"LBD job {job_id}: CVCS ([0-9.]+) stable, IP ([0-9.]+)% -> (\w+) queue",
+                                        m.log_path.read_text())  # fmt: skip
+                        decisions[name].append(f"{hit.group(3)} (IP {hit.group(2)} %)" if hit else "undecided")
+    load1 = os.getloadavg()[0]
+    src = "apps.send" if APPS else "vmruntime.selftest send"
+    print(
+        f"{src}: 4 ranks on 2 CPUs (MPL 2), median of {args.reps} runs; load average {load0:.1f} -> {load1:.1f} "
+        "(shared machine)"
+    )
+    print(f"{'job':<10} {'local s':>8} {'global s':>9} {'lbd s':>7} {'lbd/best':>9}   LBD decisions")
+    figures: dict[str, float] = {"loadavg_start": round(load0, 2), "loadavg_end": round(load1, 2)}
+    for name in JOBS:
+        med = {q: statistics.median(times[(name, q)]) for q in QUEUES}
+        best = min(med["local"], med["global"])
+        key = name.replace(".", "_")
+        for q in QUEUES:
+            figures[f"{key}_{q}_s"] = round(med[q], 3)
+        figures[f"{key}_lbd_vs_best_ratio"] = round(med["lbd"] / best, 3)
+        figures[f"{key}_global_vs_local_ratio"] = round(med["global"] / med["local"], 3)
+        print(
+            f"{name:<10} {med['local']:>8.2f} {med['global']:>9.2f} {med['lbd']:>7.2f} {med['lbd'] / best:>9.3f}   "
+            f"{', '.join(decisions[name])}"
+        )
+    print(json.dumps(figures))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,55 @@
+"""LBD end to end: the runtime's context-switch counts and the ranks' CPU times lead the CPU manager
+to keep send.50x6 (imbalanced) on the global queue and to move a balanced app to local queues, and
+the decision with its figures shows in the status view and the manager's log."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from vmruntime.testing import Manager, selftest_cmd, vmrun_cmd
+
+
+def send_cmd(variant: str, iters: int) -> list[str]:
+    """The apps developer's send when it is installed, else the runtime's own copy of the pattern."""
+    if importlib.util.find_spec("apps.send") is not None:
+        return [sys.executable, "-m", "apps.send", "-c", "S", "--variant", variant, "--iters", str(iters)]
+    pct, k = variant.split("x")
+    return selftest_cmd("send", "--variant", f"{pct or 50}x{k}", "--iters", str(3 * iters), "--work", "6")
+
+
+@pytest.fixture(scope="module")
+def manager() -> Iterator[Manager]:
+    with Manager(cpus="0-1") as m:
+        yield m
+
+
+@pytest.mark.parametrize(("variant", "iters", "expected"), [("50x6", 40, "global"), ("0x1", 150, "local")],
+                         ids=["send.50x6", "balanced"])  # fmt: skip
+def test_lbd_decision(manager: Manager, variant: str, iters: int, expected: str) -> None:
+    job_id = 500 + iters
+    cmd = vmrun_cmd(manager.state_dir, 4, 2, send_cmd(variant, iters), queue="lbd", job_id=job_id)
+    proc = subprocess.Popen(cmd, env=manager.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    seen: list[dict] = []
+    while proc.poll() is None:
+        jobs = [j for j in manager.status()["jobs"] if j["job"] == job_id]
+        if jobs:
+            seen.append(jobs[0])
+        time.sleep(0.02)
+    out, err = proc.communicate()
+    assert proc.returncode == 0, err
+    assert seen and seen[0]["queue"] == "global"  # every LBD job starts on the global queue
+    decided = [j for j in seen if j["lbd"] == "decided"]
+    assert decided, f"no decision while the job ran (last: {seen[-1]})"
+    final = decided[-1]
+    assert final["queue"] == expected, final
+    assert (final["ip"] < 0.10) == (expected == "local")
+    log = manager.log_path.read_text()
+    m = re.search(rf"LBD job {job_id}: CVCS ([0-9.]+) stable, IP ([0-9.]+)% -> (\w+) queue", log)
+    assert m and m.group(3) == expected, log[-2000:]

@@ -1,0 +1,224 @@
+"""vmruntime robustness: a dead or stopped CPU manager never hangs a job, a dead rank fails its job
+promptly, and nothing (processes, stopped ranks, shared memory) is left behind."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from vmruntime.shmclean import remove_leftovers, shm_segments
+from vmruntime.testing import Manager, descendants, rank_pids, read_stats, sample, selftest_cmd, shm_entries, vmrun_cmd
+from vmsched.protocol import ProtocolError
+
+SIBLING = 93
+WORKLOAD = selftest_cmd("send", "--variant", "50x2", "--iters", "40", "--work", "5")
+
+
+@pytest.fixture
+def manager() -> Iterator[Manager]:
+    m = Manager(cpus="0-1")
+    m.start()
+    yield m
+    m.stop()
+    assert shm_entries(m.cfg) == []
+    if m._tmp is not None:
+        m._tmp.cleanup()
+
+
+def start_folded(m: Manager, **env: str) -> subprocess.Popen[str]:
+    """4 ranks on one CPU (a sibling job holds the other), blocked and woken by the runtime."""
+    with m.client() as c:
+        c.admit(SIBLING, 1, 1, queue="local")
+    proc = subprocess.Popen(vmrun_cmd(m.state_dir, 4, 4, WORKLOAD, queue="local"), env={**m.env(), **env}, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        ss = [s for s in (sample(p) for p in rank_pids(proc.pid)) if s]
+        if len(ss) == 4 and all(len(s.affinity) == 1 for s in ss):
+            time.sleep(0.3)  # well inside the compute/exchange loop
+            return proc
+        time.sleep(0.01)
+    proc.kill()
+    pytest.fail("the job did not start folded")
+
+
+def assert_nothing_left(proc: subprocess.Popen[str], kids: list[psutil.Process]) -> None:
+    for k in kids:
+        try:
+            st = k.status()
+        except psutil.NoSuchProcess:
+            continue
+        pytest.fail(f"process {k.pid} ({k.name()}) left behind in state {st}")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["kill", "term"])
+def test_job_completes_when_the_manager_goes(manager: Manager, sig: int, tmp_path: Path) -> None:
+    stats = tmp_path / "stats.jsonl"
+    proc = start_folded(manager, VMRT_STATS=str(stats))
+    kids = descendants(proc.pid)
+    manager.kill(sig)  # SIGKILL: a crash (no shutdown flag); SIGTERM: orderly shutdown
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    assert json.loads(out.strip().splitlines()[-1])["ok"]
+    assert_nothing_left(proc, kids)
+    # Every rank noticed and went on as plain MPI (unpinned, never blocked by the runtime again).
+    why = "CPU manager died" if sig == signal.SIGKILL else "CPU manager shut down"
+    assert [s["off"] for s in read_stats(stats)] == [why] * 4
+
+
+def test_killed_rank_fails_the_job_promptly(manager: Manager) -> None:
+    proc = start_folded(manager)
+    kids = descendants(proc.pid)
+    ranks = rank_pids(proc.pid)
+    segments = shm_segments(proc.pid)
+    assert segments, "the ranks map MPICH's segments"
+    victim = ranks[1]
+    t0 = time.monotonic()
+    psutil.Process(victim).send_signal(signal.SIGKILL)
+    proc.communicate(timeout=60)
+    took = time.monotonic() - t0
+    assert proc.returncode != 0
+    assert took < 5.0, f"the job took {took:.1f} s to fail"
+    time.sleep(0.2)
+    assert_nothing_left(proc, kids)
+    assert [j["job"] for j in manager.status()["jobs"]] == [SIBLING]  # the job was released
+    assert not [p for p in segments if os.path.exists(p)]  # vmrun removed what the killed ranks left
+
+
+def test_job_runs_plain_without_a_table(tmp_path) -> None:
+    """VMSCHED_* pointing at no table: the preloaded ranks run as plain MPI."""
+    from vmruntime.build import library_path
+    from vmruntime.testing import mpiexec, read_stats
+
+    stats = tmp_path / "s.jsonl"
+    cmd = [mpiexec(), "-n", "2", "-genv", "LD_PRELOAD", str(library_path()), "-genv", "VMSCHED_SHM",
+           "/vmsched.none", "-genv", "VMSCHED_LOCK", "/vmsched.none.lock", "-genv", "VMSCHED_JOB", "5",
+           "-genv", "VMRT_STATS", str(stats), *selftest_cmd("ring", "--laps", "20")]  # fmt: skip
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    assert {s["mode"] for s in read_stats(stats)} == {"plain"}
+
+
+DEAD_HOLDER = """
+import os, sys
+from mpi4py import MPI
+c = MPI.COMM_WORLD
+sub = c.Split(0 if c.rank < 3 else MPI.UNDEFINED, c.rank)
+c.Barrier()
+if c.rank == 3:
+    x = 0
+    for i in range(300000):  # compute while holding the CPU's only token, then vanish
+        x += i
+    os._exit(0)
+for i in range(200):
+    sub.allreduce(i)
+print("done", c.rank, flush=True)
+"""
+
+
+def test_token_of_a_dead_holder_is_reclaimed(manager: Manager, tmp_path) -> None:
+    """Rank 3 dies holding the only token; the others must get it back and finish their work.
+    (hydra would kill the job at once; -disable-auto-cleanup keeps the survivors running.)"""
+    from vmruntime.build import library_path
+    from vmruntime.testing import mpiexec, read_stats
+    from vmruntime.vmrun import job_environment
+
+    prog = tmp_path / "dead_holder.py"
+    prog.write_text(DEAD_HOLDER)
+    with manager.client() as c:
+        c.admit(SIBLING, 1, 1, queue="local")
+        c.admit(5, 4, 4, queue="local")
+    env = job_environment(manager.cfg, 5, manager.env())
+    env["VMRT_STATS"] = str(tmp_path / "stats.jsonl")
+    proc = subprocess.Popen([mpiexec(), "-disable-auto-cleanup", "-n", "4", "-genv", "LD_PRELOAD",
+                             str(library_path()), sys.executable, str(prog)], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and len(read_stats(tmp_path / "stats.jsonl")) < 3:
+            time.sleep(0.05)
+        stats = read_stats(tmp_path / "stats.jsonl")
+        assert sorted(s["rank"] for s in stats) == [0, 1, 2], "the survivors did not finish"
+        assert sum(s["reclaimed"] for s in stats) == 1
+    finally:
+        # MPICH's own MPI_Finalize now waits for the dead rank forever; end the job.
+        kids = descendants(proc.pid)
+        segments = shm_segments(proc.pid)
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        for k in kids:
+            try:
+                k.kill()
+            except psutil.NoSuchProcess:
+                pass
+        remove_leftovers(segments)
+        with manager.client() as c, contextlib.suppress(ProtocolError):
+            c.release(5)  # the manager may have released it already (all its ranks are gone)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["int", "term"])
+def test_signal_to_vmrun_ends_the_job(manager: Manager, sig: int) -> None:
+    """Ctrl-C or SIGTERM to vmrun ends a folded job within the grace period, leaving nothing behind
+    (a rank interrupted in Python goes to MPI_Finalize while its peers wait for it inside MPI; vmrun
+    kills what has not ended after KILL_GRACE_S)."""
+    from vmruntime.vmrun import KILL_GRACE_S
+
+    proc = start_folded(manager)
+    kids = descendants(proc.pid)
+    segments = shm_segments(proc.pid)
+    t0 = time.monotonic()
+    proc.send_signal(sig)
+    proc.communicate(timeout=30)
+    took = time.monotonic() - t0
+    assert proc.returncode != 0
+    assert took < KILL_GRACE_S + 3.0, f"the job took {took:.1f} s to end"
+    time.sleep(0.2)
+    assert_nothing_left(proc, kids)
+    assert [j["job"] for j in manager.status()["jobs"]] == [SIBLING]
+    assert not [p for p in segments if os.path.exists(p)]
+
+
+IGNORES_SIGINT = """
+import signal, time
+from mpi4py import MPI
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+MPI.COMM_WORLD.Barrier()
+time.sleep(120)
+"""
+
+
+def test_job_that_ignores_the_signal_is_killed_after_the_grace_period(manager: Manager, tmp_path: Path) -> None:
+    from vmruntime.vmrun import KILL_GRACE_S
+
+    prog = tmp_path / "ignores_sigint.py"
+    prog.write_text(IGNORES_SIGINT)
+    proc = subprocess.Popen(vmrun_cmd(manager.state_dir, 4, 2, [sys.executable, str(prog)]), env=manager.env(),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    deadline = time.monotonic() + 30
+    while len(rank_pids(proc.pid)) < 4 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.5)
+    kids = descendants(proc.pid)
+    t0 = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    proc.wait(30)
+    took = time.monotonic() - t0
+    assert proc.returncode != 0
+    assert KILL_GRACE_S <= took < KILL_GRACE_S + 3.0
+    time.sleep(0.2)
+    assert_nothing_left(proc, kids)  # not even zombies: hydra reaped its ranks
+    assert manager.status()["jobs"] == []

@@ -1,0 +1,519 @@
+/* vmruntime PMPI wrappers.
+ *
+ * Every wrapper counts the call and checks the job's generation (vm_enter, a few loads). When the
+ * job is not folded (mode FAST or OFF) the original PMPI function runs as is. When it is folded
+ * (CTL), a blocking point-to-point operation becomes "start the nonblocking form, test in a loop",
+ * and each failed test lets the core spin or hand the token on and sleep (vm_idle); the loop knows
+ * whom it waits for (the sender heuristic's hint). Test/Iprobe calls that keep failing count as
+ * waiting too: a rank that polls would otherwise keep its CPU from the rank it waits for.
+ * Collectives stay blocking calls (see below) and block through the sched_yield hook.
+ *
+ * mpi4py 4 calls the MPI-4 large-count (_c) variants and matched probes, so those are wrapped too.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "vmrt.h"
+
+#define CTL (vm.mode == VM_CTL)
+
+/* Source of the first pending tracked receive (the sender heuristic's hint), -1 if none. */
+static int pending_source(const MPI_Request *reqs, int n) {
+    if (!vm.ntracked) return -1;
+    for (int i = 0; i < n; i++) {
+        if (reqs[i] == MPI_REQUEST_NULL) continue;
+        int s = vm_track_peek(reqs[i]);
+        if (s >= 0) return s;
+    }
+    return -1;
+}
+
+/* Complete one request by testing it, yielding the CPU between tests. */
+static int wait1(MPI_Request *rq, MPI_Status *st, int waiting_for) {
+    int flag = 0, rc = PMPI_Test(rq, &flag, st);
+    if (rc != MPI_SUCCESS || flag) return rc;
+    vm.me->blocking_calls++;
+    vm.wait.blocked = 1;
+    for (;;) {
+        vm_idle(waiting_for, &vm.wait.t0);
+        if (!CTL) return PMPI_Wait(rq, st);
+        rc = PMPI_Test(rq, &flag, st);
+        if (rc != MPI_SUCCESS || flag) return rc;
+    }
+}
+
+/* Snapshot of a request array, so that completed receives can be recognised afterwards. */
+struct snap {
+    MPI_Request small[16];
+    MPI_Request *r;
+};
+
+static void snap_take(struct snap *s, const MPI_Request *reqs, int n) {
+    s->r = NULL;
+    if (!vm.ntracked || n <= 0) return;
+    s->r = n <= 16 ? s->small : malloc(sizeof(MPI_Request) * (size_t)n);
+    if (s->r) memcpy(s->r, reqs, sizeof(MPI_Request) * (size_t)n);
+}
+
+static void snap_done(struct snap *s, const MPI_Request *reqs, int n) {
+    if (!s->r) return;
+    vm_requests_done(s->r, reqs, n);
+    if (s->r != s->small) free(s->r);
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+/* init / finalize                                                                                */
+
+int MPI_Init(int *argc, char ***argv) {
+    vm_enter(VMF_Init);
+    int rc = PMPI_Init(argc, argv);
+    if (rc == MPI_SUCCESS) vm_init();
+    return rc;
+}
+
+int MPI_Init_thread(int *argc, char ***argv, int required, int *provided) {
+    vm_enter(VMF_Init_thread);
+    int rc = PMPI_Init_thread(argc, argv, required, provided);
+    if (rc == MPI_SUCCESS) vm_init();
+    return rc;
+}
+
+int MPI_Finalize(void) {
+    vm_enter(VMF_Finalize);
+    /* Leave before PMPI_Finalize: it may block in the kernel (PMI), and a token held there would
+     * stop the ranks that still have to reach it. */
+    vm_unregister("finalize");
+    return PMPI_Finalize();
+}
+
+int MPI_Abort(MPI_Comm comm, int errorcode) {
+    vm_enter(VMF_Abort);
+    vm_unregister("abort");
+    return PMPI_Abort(comm, errorcode);
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+/* point to point                                                                                 */
+
+#define BLOCKING_SEND(NAME, INAME, CT)                                                                   \
+    int MPI_##NAME(const void *buf, CT count, MPI_Datatype dt, int dest, int tag, MPI_Comm comm) {     \
+        vm_enter(VMF_##NAME);                                                                          \
+        if (!CTL) return PMPI_##NAME(buf, count, dt, dest, tag, comm);                                 \
+        int w = vm_world_rank(comm, dest);                                                             \
+        MPI_Request rq;                                                                                \
+        int rc = PMPI_##INAME(buf, count, dt, dest, tag, comm, &rq);                                   \
+        if (rc != MPI_SUCCESS) return rc;                                                              \
+        vm_count_send(w);                                                                              \
+        return wait1(&rq, MPI_STATUS_IGNORE, w);                                                       \
+    }
+
+BLOCKING_SEND(Send, Isend, int)
+BLOCKING_SEND(Send_c, Isend_c, MPI_Count)
+BLOCKING_SEND(Ssend, Issend, int)
+BLOCKING_SEND(Ssend_c, Issend_c, MPI_Count)
+BLOCKING_SEND(Rsend, Irsend, int)
+BLOCKING_SEND(Rsend_c, Irsend_c, MPI_Count)
+
+/* Buffered sends complete locally: count them only. */
+#define COUNTED_SEND(NAME, CT)                                                                           \
+    int MPI_##NAME(const void *buf, CT count, MPI_Datatype dt, int dest, int tag, MPI_Comm comm) {     \
+        vm_enter(VMF_##NAME);                                                                          \
+        int rc = PMPI_##NAME(buf, count, dt, dest, tag, comm);                                         \
+        if (CTL && rc == MPI_SUCCESS) vm_count_send(vm_world_rank(comm, dest));                        \
+        return rc;                                                                                     \
+    }
+
+COUNTED_SEND(Bsend, int)
+COUNTED_SEND(Bsend_c, MPI_Count)
+
+#define NONBLOCKING_SEND(NAME, CT)                                                                       \
+    int MPI_##NAME(const void *buf, CT count, MPI_Datatype dt, int dest, int tag, MPI_Comm comm,       \
+                   MPI_Request *rq) {                                                                  \
+        vm_enter(VMF_##NAME);                                                                          \
+        int rc = PMPI_##NAME(buf, count, dt, dest, tag, comm, rq);                                     \
+        if (CTL && rc == MPI_SUCCESS) vm_count_send(vm_world_rank(comm, dest));                        \
+        return rc;                                                                                     \
+    }
+
+NONBLOCKING_SEND(Isend, int)
+NONBLOCKING_SEND(Isend_c, MPI_Count)
+NONBLOCKING_SEND(Issend, int)
+NONBLOCKING_SEND(Issend_c, MPI_Count)
+NONBLOCKING_SEND(Irsend, int)
+NONBLOCKING_SEND(Irsend_c, MPI_Count)
+NONBLOCKING_SEND(Ibsend, int)
+NONBLOCKING_SEND(Ibsend_c, MPI_Count)
+
+#define BLOCKING_RECV(NAME, INAME, CT)                                                                   \
+    int MPI_##NAME(void *buf, CT count, MPI_Datatype dt, int src, int tag, MPI_Comm comm,              \
+                   MPI_Status *st) {                                                                   \
+        vm_enter(VMF_##NAME);                                                                          \
+        if (!CTL) return PMPI_##NAME(buf, count, dt, src, tag, comm, st);                              \
+        MPI_Status tmp, *s = st == MPI_STATUS_IGNORE ? &tmp : st;                                      \
+        MPI_Request rq;                                                                                \
+        int rc = PMPI_##INAME(buf, count, dt, src, tag, comm, &rq);                                    \
+        if (rc != MPI_SUCCESS) return rc;                                                              \
+        rc = wait1(&rq, s, vm_world_rank(comm, src));                                                  \
+        if (rc == MPI_SUCCESS && s->MPI_SOURCE >= 0) vm_count_recv(vm_world_rank(comm, s->MPI_SOURCE)); \
+        return rc;                                                                                     \
+    }
+
+BLOCKING_RECV(Recv, Irecv, int)
+BLOCKING_RECV(Recv_c, Irecv_c, MPI_Count)
+
+#define NONBLOCKING_RECV(NAME, CT)                                                                       \
+    int MPI_##NAME(void *buf, CT count, MPI_Datatype dt, int src, int tag, MPI_Comm comm,              \
+                   MPI_Request *rq) {                                                                  \
+        vm_enter(VMF_##NAME);                                                                          \
+        int rc = PMPI_##NAME(buf, count, dt, src, tag, comm, rq);                                      \
+        if (CTL && rc == MPI_SUCCESS) vm_track_recv(*rq, vm_world_rank(comm, src));                    \
+        return rc;                                                                                     \
+    }
+
+NONBLOCKING_RECV(Irecv, int)
+NONBLOCKING_RECV(Irecv_c, MPI_Count)
+
+#define SENDRECV(NAME, INAME, CT)                                                                        \
+    int MPI_##NAME(const void *sbuf, CT scount, MPI_Datatype stype, int dest, int stag, void *rbuf,    \
+                   CT rcount, MPI_Datatype rtype, int src, int rtag, MPI_Comm comm, MPI_Status *st) {  \
+        vm_enter(VMF_##NAME);                                                                          \
+        if (!CTL)                                                                                      \
+            return PMPI_##NAME(sbuf, scount, stype, dest, stag, rbuf, rcount, rtype, src, rtag, comm, st); \
+        MPI_Status tmp, *s = st == MPI_STATUS_IGNORE ? &tmp : st;                                      \
+        MPI_Request rq;                                                                                \
+        int rc = PMPI_##INAME(sbuf, scount, stype, dest, stag, rbuf, rcount, rtype, src, rtag, comm, &rq); \
+        if (rc != MPI_SUCCESS) return rc;                                                              \
+        vm_count_send(vm_world_rank(comm, dest));                                                      \
+        rc = wait1(&rq, s, vm_world_rank(comm, src));                                                  \
+        if (rc == MPI_SUCCESS && s->MPI_SOURCE >= 0) vm_count_recv(vm_world_rank(comm, s->MPI_SOURCE)); \
+        return rc;                                                                                     \
+    }
+
+SENDRECV(Sendrecv, Isendrecv, int)
+SENDRECV(Sendrecv_c, Isendrecv_c, MPI_Count)
+
+#define SENDRECV_REPLACE(NAME, INAME, CT)                                                                \
+    int MPI_##NAME(void *buf, CT count, MPI_Datatype dt, int dest, int stag, int src, int rtag,        \
+                   MPI_Comm comm, MPI_Status *st) {                                                    \
+        vm_enter(VMF_##NAME);                                                                          \
+        if (!CTL) return PMPI_##NAME(buf, count, dt, dest, stag, src, rtag, comm, st);                 \
+        MPI_Status tmp, *s = st == MPI_STATUS_IGNORE ? &tmp : st;                                      \
+        MPI_Request rq;                                                                                \
+        int rc = PMPI_##INAME(buf, count, dt, dest, stag, src, rtag, comm, &rq);                       \
+        if (rc != MPI_SUCCESS) return rc;                                                              \
+        vm_count_send(vm_world_rank(comm, dest));                                                      \
+        rc = wait1(&rq, s, vm_world_rank(comm, src));                                                  \
+        if (rc == MPI_SUCCESS && s->MPI_SOURCE >= 0) vm_count_recv(vm_world_rank(comm, s->MPI_SOURCE)); \
+        return rc;                                                                                     \
+    }
+
+SENDRECV_REPLACE(Sendrecv_replace, Isendrecv_replace, int)
+SENDRECV_REPLACE(Sendrecv_replace_c, Isendrecv_replace_c, MPI_Count)
+
+/* ---------------------------------------------------------------------------------------------- */
+/* probes and matched receives                                                                    */
+
+int MPI_Probe(int src, int tag, MPI_Comm comm, MPI_Status *st) {
+    vm_enter(VMF_Probe);
+    if (!CTL) return PMPI_Probe(src, tag, comm, st);
+    int flag = 0, rc = PMPI_Iprobe(src, tag, comm, &flag, st);
+    if (rc != MPI_SUCCESS || flag) return rc;
+    vm.me->blocking_calls++;
+    int w = vm_world_rank(comm, src);
+    vm.wait.blocked = 1;
+    for (;;) {
+        vm_idle(w, &vm.wait.t0);
+        if (!CTL) return PMPI_Probe(src, tag, comm, st);
+        rc = PMPI_Iprobe(src, tag, comm, &flag, st);
+        if (rc != MPI_SUCCESS || flag) return rc;
+    }
+}
+
+int MPI_Iprobe(int src, int tag, MPI_Comm comm, int *flag, MPI_Status *st) {
+    vm_enter(VMF_Iprobe);
+    int rc = PMPI_Iprobe(src, tag, comm, flag, st);
+    if (CTL) {
+        if (*flag)
+            vm.poll_fail = 0;
+        else
+            vm_poll_failed();
+    }
+    return rc;
+}
+
+int MPI_Mprobe(int src, int tag, MPI_Comm comm, MPI_Message *msg, MPI_Status *st) {
+    vm_enter(VMF_Mprobe);
+    if (!CTL) return PMPI_Mprobe(src, tag, comm, msg, st);
+    int flag = 0, rc = PMPI_Improbe(src, tag, comm, &flag, msg, st);
+    if (rc != MPI_SUCCESS || flag) return rc;
+    vm.me->blocking_calls++;
+    int w = vm_world_rank(comm, src);
+    vm.wait.blocked = 1;
+    for (;;) {
+        vm_idle(w, &vm.wait.t0);
+        if (!CTL) return PMPI_Mprobe(src, tag, comm, msg, st);
+        rc = PMPI_Improbe(src, tag, comm, &flag, msg, st);
+        if (rc != MPI_SUCCESS || flag) return rc;
+    }
+}
+
+int MPI_Improbe(int src, int tag, MPI_Comm comm, int *flag, MPI_Message *msg, MPI_Status *st) {
+    vm_enter(VMF_Improbe);
+    int rc = PMPI_Improbe(src, tag, comm, flag, msg, st);
+    if (CTL) {
+        if (*flag)
+            vm.poll_fail = 0;
+        else
+            vm_poll_failed();
+    }
+    return rc;
+}
+
+#define MRECV(NAME, INAME, CT)                                                                           \
+    int MPI_##NAME(void *buf, CT count, MPI_Datatype dt, MPI_Message *msg, MPI_Status *st) {           \
+        vm_enter(VMF_##NAME);                                                                          \
+        if (!CTL) return PMPI_##NAME(buf, count, dt, msg, st);                                         \
+        MPI_Status tmp, *s = st == MPI_STATUS_IGNORE ? &tmp : st;                                      \
+        MPI_Request rq;                                                                                \
+        int rc = PMPI_##INAME(buf, count, dt, msg, &rq);                                               \
+        if (rc != MPI_SUCCESS) return rc;                                                              \
+        rc = wait1(&rq, s, -1);                                                                        \
+        if (rc == MPI_SUCCESS && s->MPI_SOURCE >= 0) vm_count_recv(-1); /* source: rank in msg's comm */ \
+        return rc;                                                                                     \
+    }
+
+MRECV(Mrecv, Imrecv, int)
+MRECV(Mrecv_c, Imrecv_c, MPI_Count)
+
+#define IMRECV(NAME, CT)                                                                                 \
+    int MPI_##NAME(void *buf, CT count, MPI_Datatype dt, MPI_Message *msg, MPI_Request *rq) {          \
+        vm_enter(VMF_##NAME);                                                                          \
+        int rc = PMPI_##NAME(buf, count, dt, msg, rq);                                                 \
+        if (CTL && rc == MPI_SUCCESS) vm_track_recv(*rq, -1);                                          \
+        return rc;                                                                                     \
+    }
+
+IMRECV(Imrecv, int)
+IMRECV(Imrecv_c, MPI_Count)
+
+/* ---------------------------------------------------------------------------------------------- */
+/* completion                                                                                     */
+
+int MPI_Wait(MPI_Request *rq, MPI_Status *st) {
+    vm_enter(VMF_Wait);
+    MPI_Request before = *rq;
+    int rc = CTL ? wait1(rq, st, pending_source(rq, 1)) : PMPI_Wait(rq, st);
+    if (vm.ntracked) vm_requests_done(&before, rq, 1);
+    return rc;
+}
+
+int MPI_Waitall(int n, MPI_Request reqs[], MPI_Status sts[]) {
+    vm_enter(VMF_Waitall);
+    struct snap s;
+    snap_take(&s, reqs, n);
+    int rc, flag = 0;
+    if (!CTL) {
+        rc = PMPI_Waitall(n, reqs, sts);
+    } else if ((rc = PMPI_Testall(n, reqs, &flag, sts)) == MPI_SUCCESS && !flag) {
+        vm.me->blocking_calls++;
+        int w = pending_source(reqs, n);
+        vm.wait.blocked = 1;
+        for (;;) {
+            vm_idle(w, &vm.wait.t0);
+            if (!CTL) {
+                rc = PMPI_Waitall(n, reqs, sts);
+                break;
+            }
+            rc = PMPI_Testall(n, reqs, &flag, sts);
+            if (rc != MPI_SUCCESS || flag) break;
+        }
+    }
+    snap_done(&s, reqs, n);
+    return rc;
+}
+
+int MPI_Waitany(int n, MPI_Request reqs[], int *idx, MPI_Status *st) {
+    vm_enter(VMF_Waitany);
+    struct snap s;
+    snap_take(&s, reqs, n);
+    int rc, flag = 0;
+    if (!CTL) {
+        rc = PMPI_Waitany(n, reqs, idx, st);
+    } else if ((rc = PMPI_Testany(n, reqs, idx, &flag, st)) == MPI_SUCCESS && !flag) {
+        vm.me->blocking_calls++;
+        int w = pending_source(reqs, n);
+        vm.wait.blocked = 1;
+        for (;;) {
+            vm_idle(w, &vm.wait.t0);
+            if (!CTL) {
+                rc = PMPI_Waitany(n, reqs, idx, st);
+                break;
+            }
+            rc = PMPI_Testany(n, reqs, idx, &flag, st);
+            if (rc != MPI_SUCCESS || flag) break;
+        }
+    }
+    snap_done(&s, reqs, n);
+    return rc;
+}
+
+int MPI_Waitsome(int n, MPI_Request reqs[], int *outcount, int idxs[], MPI_Status sts[]) {
+    vm_enter(VMF_Waitsome);
+    struct snap s;
+    snap_take(&s, reqs, n);
+    int rc;
+    if (!CTL) {
+        rc = PMPI_Waitsome(n, reqs, outcount, idxs, sts);
+    } else if ((rc = PMPI_Testsome(n, reqs, outcount, idxs, sts)) == MPI_SUCCESS && *outcount == 0) {
+        vm.me->blocking_calls++;
+        int w = pending_source(reqs, n);
+        vm.wait.blocked = 1;
+        for (;;) {
+            vm_idle(w, &vm.wait.t0);
+            if (!CTL) {
+                rc = PMPI_Waitsome(n, reqs, outcount, idxs, sts);
+                break;
+            }
+            rc = PMPI_Testsome(n, reqs, outcount, idxs, sts);
+            if (rc != MPI_SUCCESS || *outcount != 0) break;
+        }
+    }
+    snap_done(&s, reqs, n);
+    return rc;
+}
+
+static void polled(int done) {
+    if (!CTL) return;
+    if (done)
+        vm.poll_fail = 0;
+    else
+        vm_poll_failed();
+}
+
+int MPI_Test(MPI_Request *rq, int *flag, MPI_Status *st) {
+    vm_enter(VMF_Test);
+    MPI_Request before = *rq;
+    int rc = PMPI_Test(rq, flag, st);
+    if (vm.ntracked) vm_requests_done(&before, rq, 1);
+    if (rc == MPI_SUCCESS) polled(*flag);
+    return rc;
+}
+
+int MPI_Testall(int n, MPI_Request reqs[], int *flag, MPI_Status sts[]) {
+    vm_enter(VMF_Testall);
+    struct snap s;
+    snap_take(&s, reqs, n);
+    int rc = PMPI_Testall(n, reqs, flag, sts);
+    snap_done(&s, reqs, n);
+    if (rc == MPI_SUCCESS) polled(*flag);
+    return rc;
+}
+
+int MPI_Testany(int n, MPI_Request reqs[], int *idx, int *flag, MPI_Status *st) {
+    vm_enter(VMF_Testany);
+    struct snap s;
+    snap_take(&s, reqs, n);
+    int rc = PMPI_Testany(n, reqs, idx, flag, st);
+    snap_done(&s, reqs, n);
+    if (rc == MPI_SUCCESS) polled(*flag);
+    return rc;
+}
+
+int MPI_Testsome(int n, MPI_Request reqs[], int *outcount, int idxs[], MPI_Status sts[]) {
+    vm_enter(VMF_Testsome);
+    struct snap s;
+    snap_take(&s, reqs, n);
+    int rc = PMPI_Testsome(n, reqs, outcount, idxs, sts);
+    snap_done(&s, reqs, n);
+    if (rc == MPI_SUCCESS) polled(*outcount != 0);
+    return rc;
+}
+
+int MPI_Request_free(MPI_Request *rq) {
+    vm_enter(VMF_Request_free);
+    if (vm.ntracked) vm_untrack(*rq);
+    return PMPI_Request_free(rq);
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+/* collectives                                                                                    */
+/* Always the blocking PMPI collective, whatever the mode: MPI does not match a blocking collective
+ * with a nonblocking one, and ranks may see a partition change (and so change mode) at different
+ * calls. While it waits, MPICH calls sched_yield in its progress loop; in CTL mode the runtime's
+ * sched_yield hands the token on there (like the thesis's sginap wrapper). */
+
+#define COLL(NAME, PARAMS, ...)                                                                          \
+    int MPI_##NAME PARAMS {                                                                            \
+        vm_enter(VMF_##NAME);                                                                          \
+        return PMPI_##NAME(__VA_ARGS__);                                                               \
+    }
+
+#define SB const void *sendbuf
+#define RB void *recvbuf
+
+COLL(Barrier, (MPI_Comm comm), comm)
+COLL(Bcast, (void *buf, int count, MPI_Datatype dt, int root, MPI_Comm comm), buf, count, dt, root, comm)
+COLL(Bcast_c, (void *buf, MPI_Count count, MPI_Datatype dt, int root, MPI_Comm comm), buf, count, dt,
+     root, comm)
+COLL(Reduce, (SB, RB, int count, MPI_Datatype dt, MPI_Op op, int root, MPI_Comm comm), sendbuf, recvbuf,
+     count, dt, op, root, comm)
+COLL(Reduce_c, (SB, RB, MPI_Count count, MPI_Datatype dt, MPI_Op op, int root, MPI_Comm comm), sendbuf,
+     recvbuf, count, dt, op, root, comm)
+COLL(Allreduce, (SB, RB, int count, MPI_Datatype dt, MPI_Op op, MPI_Comm comm), sendbuf, recvbuf,
+     count, dt, op, comm)
+COLL(Allreduce_c, (SB, RB, MPI_Count count, MPI_Datatype dt, MPI_Op op, MPI_Comm comm), sendbuf,
+     recvbuf, count, dt, op, comm)
+COLL(Gather, (SB, int sc, MPI_Datatype st, RB, int rc, MPI_Datatype rt, int root, MPI_Comm comm), sendbuf,
+     sc, st, recvbuf, rc, rt, root, comm)
+COLL(Gather_c, (SB, MPI_Count sc, MPI_Datatype st, RB, MPI_Count rc, MPI_Datatype rt, int root,
+     MPI_Comm comm), sendbuf, sc, st, recvbuf, rc, rt, root, comm)
+COLL(Gatherv, (SB, int sc, MPI_Datatype st, RB, const int rcs[], const int displs[], MPI_Datatype rt,
+     int root, MPI_Comm comm), sendbuf, sc, st, recvbuf, rcs, displs, rt, root, comm)
+COLL(Gatherv_c, (SB, MPI_Count sc, MPI_Datatype st, RB, const MPI_Count rcs[], const MPI_Aint displs[],
+     MPI_Datatype rt, int root, MPI_Comm comm), sendbuf, sc, st, recvbuf, rcs, displs, rt, root, comm)
+COLL(Scatter, (SB, int sc, MPI_Datatype st, RB, int rc, MPI_Datatype rt, int root, MPI_Comm comm),
+     sendbuf, sc, st, recvbuf, rc, rt, root, comm)
+COLL(Scatter_c, (SB, MPI_Count sc, MPI_Datatype st, RB, MPI_Count rc, MPI_Datatype rt, int root,
+     MPI_Comm comm), sendbuf, sc, st, recvbuf, rc, rt, root, comm)
+COLL(Scatterv, (SB, const int scs[], const int displs[], MPI_Datatype st, RB, int rc, MPI_Datatype rt,
+     int root, MPI_Comm comm), sendbuf, scs, displs, st, recvbuf, rc, rt, root, comm)
+COLL(Scatterv_c, (SB, const MPI_Count scs[], const MPI_Aint displs[], MPI_Datatype st, RB,
+     MPI_Count rc, MPI_Datatype rt, int root, MPI_Comm comm), sendbuf, scs, displs, st, recvbuf, rc, rt, root, comm)
+COLL(Allgather, (SB, int sc, MPI_Datatype st, RB, int rc, MPI_Datatype rt, MPI_Comm comm), sendbuf, sc,
+     st, recvbuf, rc, rt, comm)
+COLL(Allgather_c, (SB, MPI_Count sc, MPI_Datatype st, RB, MPI_Count rc, MPI_Datatype rt,
+     MPI_Comm comm), sendbuf, sc, st, recvbuf, rc, rt, comm)
+COLL(Allgatherv, (SB, int sc, MPI_Datatype st, RB, const int rcs[], const int displs[],
+     MPI_Datatype rt, MPI_Comm comm), sendbuf, sc, st, recvbuf, rcs, displs, rt, comm)
+COLL(Allgatherv_c, (SB, MPI_Count sc, MPI_Datatype st, RB, const MPI_Count rcs[],
+     const MPI_Aint displs[], MPI_Datatype rt, MPI_Comm comm), sendbuf, sc, st, recvbuf, rcs, displs, rt, comm)
+COLL(Alltoall, (SB, int sc, MPI_Datatype st, RB, int rc, MPI_Datatype rt, MPI_Comm comm), sendbuf, sc,
+     st, recvbuf, rc, rt, comm)
+COLL(Alltoall_c, (SB, MPI_Count sc, MPI_Datatype st, RB, MPI_Count rc, MPI_Datatype rt,
+     MPI_Comm comm), sendbuf, sc, st, recvbuf, rc, rt, comm)
+COLL(Alltoallv, (SB, const int scs[], const int sd[], MPI_Datatype st, RB, const int rcs[],
+     const int rd[], MPI_Datatype rt, MPI_Comm comm), sendbuf, scs, sd, st, recvbuf, rcs, rd, rt, comm)
+COLL(Alltoallv_c, (SB, const MPI_Count scs[], const MPI_Aint sd[], MPI_Datatype st, RB,
+     const MPI_Count rcs[], const MPI_Aint rd[], MPI_Datatype rt, MPI_Comm comm), sendbuf, scs, sd, st, recvbuf,
+     rcs, rd, rt, comm)
+COLL(Alltoallw, (SB, const int scs[], const int sd[], const MPI_Datatype sts[], RB, const int rcs[],
+     const int rd[], const MPI_Datatype rts[], MPI_Comm comm), sendbuf, scs, sd, sts, recvbuf, rcs, rd, rts, comm)
+COLL(Alltoallw_c, (SB, const MPI_Count scs[], const MPI_Aint sd[], const MPI_Datatype sts[], RB,
+     const MPI_Count rcs[], const MPI_Aint rd[], const MPI_Datatype rts[], MPI_Comm comm), sendbuf, scs, sd, sts,
+     recvbuf, rcs, rd, rts, comm)
+COLL(Reduce_scatter, (SB, RB, const int rcs[], MPI_Datatype dt, MPI_Op op, MPI_Comm comm),
+     sendbuf, recvbuf, rcs, dt, op, comm)
+COLL(Reduce_scatter_c, (SB, RB, const MPI_Count rcs[], MPI_Datatype dt, MPI_Op op,
+     MPI_Comm comm), sendbuf, recvbuf, rcs, dt, op, comm)
+COLL(Reduce_scatter_block, (SB, RB, int rc, MPI_Datatype dt, MPI_Op op, MPI_Comm comm),
+     sendbuf, recvbuf, rc, dt, op, comm)
+COLL(Reduce_scatter_block_c, (SB, RB, MPI_Count rc, MPI_Datatype dt, MPI_Op op,
+     MPI_Comm comm), sendbuf, recvbuf, rc, dt, op, comm)
+COLL(Scan, (SB, RB, int count, MPI_Datatype dt, MPI_Op op, MPI_Comm comm), sendbuf, recvbuf, count, dt, op,
+     comm)
+COLL(Scan_c, (SB, RB, MPI_Count count, MPI_Datatype dt, MPI_Op op, MPI_Comm comm), sendbuf, recvbuf,
+     count, dt, op, comm)
+COLL(Exscan, (SB, RB, int count, MPI_Datatype dt, MPI_Op op, MPI_Comm comm), sendbuf, recvbuf, count, dt,
+     op, comm)
+COLL(Exscan_c, (SB, RB, MPI_Count count, MPI_Datatype dt, MPI_Op op, MPI_Comm comm), sendbuf, recvbuf,
+     count, dt, op, comm)
