@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from apps.result import parse_result
@@ -184,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
             ncpus = info["ncpus"]
             name = info["policy"]
             out = args.out / slug(name)
-            console.rule(f"{name}: {len(requests)} jobs, time scale {args.time_scale}")
+            console.rule(escape(f"{name}: {len(requests)} jobs, time scale {args.time_scale}"))
             rows = run_policy(launcher, requests, args.time_scale, out, console)
         except (DaemonUnavailable, ProtocolError) as e:
             print(f"vmreplay: {e}", file=sys.stderr)
@@ -203,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
         segments = partition_segments(rows)
         plot_partitions(segments, ncpus, out / "partitions.png")
         plot_utilization(segments, ncpus, out / "utilization.png")
-        console.print(text)
+        console.print(escape(text))
         if bad:
             console.print(f"[red]jobs without a verified result: {bad}[/]")
     tables = [comparison_table(summaries)]
@@ -216,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
     plot_response_by_class(summaries, args.out / "response_by_class.png")
     if rels:
         plot_relative_cdf(rels, args.out / "relative_cdf.png")
-    console.print(markdown(tables[:1]))
+    console.print(escape(markdown(tables[:1])))
     console.print(f"results in {args.out}/")
     return 0
 
