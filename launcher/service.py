@@ -250,7 +250,9 @@ class Launcher:
             log.warning("job %d ended but the CPU manager did not answer", job.id)
         status = runner.read_status(self.cfg, job.id)
         now = time.time()
-        if job.state == "aborting" or status is not None and not status.get("started"):
+        # The shim said so, or the launcher died before the shim was even spawned.
+        never_started = (status is None and job.state == "starting") or (status is not None and not status["started"])
+        if job.state == "aborting" or never_started:
             why = "window expired: requeued" if job.state == "aborting" else "never started: requeued"
             self.store.update(job.id, "requeue", {"why": why}, state="queued", start_time=None, nranks=None,
                               shim_pid=None, backfilled=0, window_end=None, suspended=0,
