@@ -33,9 +33,7 @@ def scenarios(draw):
     old_waiting = draw(st.booleans())
     old = plan_partitions(old_jobs, {}, cpus, queue_empty=not old_waiting)
     keep = draw(st.sets(st.sampled_from(sorted(old_ids)))) if old_ids else set()
-    new_jobs = [
-        JobShape(s.job_id, s.nranks, s.max_mpl, len(old[s.job_id])) for s in old_jobs if s.job_id in keep
-    ]
+    new_jobs = [JobShape(s.job_id, s.nranks, s.max_mpl, len(old[s.job_id])) for s in old_jobs if s.job_id in keep]
     new_jobs += [JobShape(j, n, m, 0) for j, n, m in jobs if j not in old_ids and draw(st.booleans())]
     assume(sum(minimum_partition(s.nranks, s.max_mpl) for s in new_jobs) <= ncpus)
     waiting = draw(st.booleans())
@@ -59,9 +57,7 @@ def test_partition_invariants(sc):
         assert len(part) >= minimum_partition(s.nranks, s.max_mpl), "job below its minimum"
         assert len(part) <= s.nranks, "more CPUs than ranks"
         if waiting:
-            assert len(part) <= max(minimum_partition(s.nranks, s.max_mpl), s.current), (
-                "expanded while jobs wait"
-            )
+            assert len(part) <= max(minimum_partition(s.nranks, s.max_mpl), s.current), "expanded while jobs wait"
         if s.job_id in old and len(old[s.job_id]) == len(part):
             assert part == old[s.job_id], "same size but CPUs moved"
         if s.job_id in old and len(part) < len(old[s.job_id]):

@@ -81,7 +81,8 @@ def test_backfill_window_and_estimate_are_at_the_molded_size():
 
 
 def test_easy_with_a_job_bigger_than_the_machine_backfills_freely():
-    s = snap(4, [q(1, 8), q(2, 2, est=1000.0)], [r(9, 2, est=100.0)])
+    # 20 ranks on 4 CPUs would need max MPL 5, above the limit of 4: it can never start.
+    s = snap(4, [q(1, 20), q(2, 2, est=1000.0)], [r(9, 2, est=100.0)])
     assert run("fcfs+easy:none", s) == [("start", 2, 2, 1, ("bf", 1000.0))]
 
 

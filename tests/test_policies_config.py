@@ -165,7 +165,8 @@ def test_same_snapshot_same_decisions(policy):
 @pytest.mark.parametrize(
     ("spec", "procs", "cls", "expected"),
     [
-        ("fcfs", (16, 4), "short", False),  # rigid: its largest count must fit
+        ("fcfs", (40, 4), "short", False),  # rigid: its largest count must fit, folded at most 4x
+        ("fcfs", (16, 4), "short", True),  # 16 ranks folded twice on 8 CPUs
         ("fcfs", (8, 4), "short", True),
         ("moldable", (16, 8), "short", True),  # 50 % of 16 fits on 8 CPUs
         ("moldable", (24, 2), "short", False),  # 2 is below 40 % of 24
@@ -191,3 +192,16 @@ def test_spec_with_numeric_options_round_trips():
                         ("fjt[fjt_long_mpl=0]", "must be an integer >= 1")):  # fmt: skip
         with pytest.raises(ValueError, match=needle):
             parse_policy_spec(bad)
+
+
+def test_fcfs_folds_a_rigid_job_larger_than_the_machine_just_enough():
+    from launcher.policy.core import decide
+    from launcher.policy.snapshot import QueuedJob, Snapshot
+
+    job = QueuedJob(1, 0.0, "u", (4,), None, "short", 10.0)
+    [start] = decide(Snapshot(0.0, 2, (job,), ()), parse_policy_spec("fcfs"))
+    assert (start.nranks, start.max_mpl) == (4, 2)
+    capped = QueuedJob(1, 0.0, "u", (4,), 1, "short", 10.0)  # the user forbids folding: never fits
+    assert decide(Snapshot(0.0, 2, (capped,), ()), parse_policy_spec("fcfs")) == []
+    small = QueuedJob(1, 0.0, "u", (2,), None, "short", 10.0)  # fits: runs unfolded
+    assert decide(Snapshot(0.0, 2, (small,), ()), parse_policy_spec("fcfs"))[0].max_mpl == 1

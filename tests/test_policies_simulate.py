@@ -127,7 +127,7 @@ def test_on_decide_sees_every_decision():
 
 def test_a_job_that_can_never_fit_is_reported():
     with pytest.raises(RuntimeError, match=r"jobs \[1\] can never start"):
-        simulate([q(1, 16)], 8, parse_policy_spec("fcfs"))
+        simulate([q(1, 40)], 8, parse_policy_spec("fcfs"))  # would need max MPL 5 > 4
 
 
 def test_runtime_model_default_is_the_scaled_estimate():

@@ -57,12 +57,16 @@ def _describe(job: QueuedJob, shape: Shape) -> str:
 
 
 class Rigid(StartRule):
-    """FCFS: the job as requested (procs[0], max MPL 1) or nothing (thesis §6.5.1 d)."""
+    """FCFS: the job as requested (procs[0], max MPL 1) or nothing (thesis §6.5.1 d). A job with more
+    ranks than the machine has CPUs is folded just enough to fit (within the MPL caps) rather than
+    never run: virtual malleability lets a rigid job run on any machine."""
 
     name = "fcfs"
 
     def shapes(self, job: QueuedJob, ws: Workspace) -> list[Shape]:
-        return [Shape(job.procs[0], 1)]
+        n = job.procs[0]
+        fit = max(1, math.ceil(n / ws.ncpus))
+        return [Shape(n, fit if fit <= mpl_cap(ws.cfg, job.max_mpl) else 1)]
 
 
 class PercentageOffers(StartRule):
