@@ -144,6 +144,13 @@ def verify_results(rows: list[dict[str, Any]], jobs_dir: Path) -> tuple[int, lis
     return len(rows) - len(bad), bad
 
 
+def actions(rows: list[dict[str, Any]]) -> str:
+    """What the policy did to running jobs: requeues (aborted windows) and MPL changes (folding)."""
+    requeued = sum(r["requeues"] for r in rows)
+    refolded = sum(1 for r in rows if "->" in r["mpl_history"])
+    return f"aborted and requeued: {requeued} time(s); jobs whose MPL changed while running: {refolded}"
+
+
 def slug(policy: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", policy)
 
@@ -200,6 +207,7 @@ def main(argv: list[str] | None = None) -> int:
                   out / "result.swf")  # fmt: skip
         text = markdown(summary_tables(summaries[name], title=name))
         text += f"\n\n{good} of {len(rows)} jobs completed with a verified result" + (f"; not: {bad}" if bad else "")
+        text += f"\n\n{actions(rows)}"
         (out / "report.md").write_text(text + "\n")
         segments = partition_segments(rows)
         plot_partitions(segments, ncpus, out / "partitions.png")
