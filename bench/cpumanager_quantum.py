@@ -50,9 +50,7 @@ def pure_quantum(reps: int) -> float:
         # One job ends and another arrives each quantum: the worst case, a full repartition.
         gone = rng.choice(jobs)
         new = JobShape(max(j.job_id for j in jobs) + 1, 16, 16)
-        jobs = [
-            JobShape(j.job_id, j.nranks, j.max_mpl, len(current.get(j.job_id, ()))) for j in jobs if j != gone
-        ]
+        jobs = [JobShape(j.job_id, j.nranks, j.max_mpl, len(current.get(j.job_id, ()))) for j in jobs if j != gone]
         jobs.append(new)
         switches = [rng.randint(100, 110) for _ in range(16)]
         t0 = time.perf_counter()
@@ -80,9 +78,7 @@ def daemon_quantum(nranks: int, quanta: int) -> tuple[float, float, int]:
         procs: list[subprocess.Popen] = []
         try:
             for j in range(njobs):
-                mgr.admit(
-                    {"op": "admit", "job": j + 1, "nranks": per_job, "max_mpl": per_job, "queue": "local"}
-                )
+                mgr.admit({"op": "admit", "job": j + 1, "nranks": per_job, "max_mpl": per_job, "queue": "local"})
             for _ in track(range(per_job * njobs), description=f"starting {per_job * njobs} processes"):
                 procs.append(subprocess.Popen(["sleep", "600"]))
             for i, p in enumerate(procs):

@@ -25,8 +25,11 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from vmruntime.shmclean import remove_leftovers, shm_segments  # noqa: E402
 from vmruntime.testing import Manager, descendants, mpiexec, rank_pids, selftest_cmd, vmrun_cmd  # noqa: E402
 
 COMPUTE = selftest_cmd("send", "--variant", "50x1", "--iters", "100000", "--work", "50")  # runs until stopped
@@ -37,8 +40,10 @@ def ring_cmd(laps: int) -> list[str]:
 
 
 def stop(proc: subprocess.Popen[bytes]) -> None:
-    """Stop the compute job (and everything below it) and reap it."""
+    """Stop the compute job (and everything below it), reap it, and remove the /dev/shm segments its
+    killed ranks leave behind."""
     kids = descendants(proc.pid)
+    mapped = shm_segments(proc.pid)
     if proc.poll() is None:
         proc.send_signal(signal.SIGTERM)
         try:
@@ -51,6 +56,8 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
             k.kill()
         except Exception:  # noqa: BLE001 - already gone
             pass
+    psutil.wait_procs(kids, timeout=10)
+    remove_leftovers(mapped)
 
 
 def wait_ranks(proc: subprocess.Popen[bytes], n: int) -> None:
