@@ -26,7 +26,9 @@ from pathlib import Path
 
 from vmruntime.shmclean import remove_leftovers, shm_segments
 
-SHM_SCAN_S = 2.0
+# How often the job's /dev/shm mappings are noted: often at first (a job may be killed within a second
+# of its start, and MPICH maps its segment in MPI_Init), then rarely.
+SHM_SCAN_FAST_S, SHM_SCAN_SLOW_S, SHM_FAST_FOR_S = 0.1, 2.0, 5.0
 
 
 def write_status(path: Path, **status: object) -> None:
@@ -74,7 +76,8 @@ def main(argv: list[str] | None = None) -> int:
     segments: set[str] = set()
     while True:
         try:
-            rc = child.wait(timeout=SHM_SCAN_S)
+            fast = time.time() - start < SHM_FAST_FOR_S
+            rc = child.wait(timeout=SHM_SCAN_FAST_S if fast else SHM_SCAN_SLOW_S)
             break
         except subprocess.TimeoutExpired:
             segments |= shm_segments(child.pid)
