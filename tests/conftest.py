@@ -129,3 +129,20 @@ def no_leftover_shm() -> Iterator[None]:
     yield
     leaked = {n for n in vmsched_shm_entries() if any(i in n for i in STARTED_INSTANCES)}
     assert not leaked, f"tests left shared memory behind: {sorted(leaked)}"
+
+
+@pytest.fixture
+def node_factory():
+    """Start real nodes (CPU manager + launcher, `tests.launcher_harness.Node`); all stopped afterwards."""
+    from tests.launcher_harness import Node
+
+    nodes: list[Node] = []
+
+    def make(policy: str, extra: str = "") -> Node:
+        n = Node(policy, extra).start()
+        nodes.append(n)
+        return n
+
+    yield make
+    for n in nodes:
+        n.stop()

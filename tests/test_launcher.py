@@ -9,24 +9,8 @@ import signal
 import socket
 import time
 
-import pytest
-
 from tests.conftest import wait_for
 from tests.launcher_harness import Node, send_app, starts, vmapp_result
-
-
-@pytest.fixture
-def node_factory():
-    nodes: list[Node] = []
-
-    def make(policy: str, extra: str = "") -> Node:
-        n = Node(policy, extra).start()
-        nodes.append(n)
-        return n
-
-    yield make
-    for n in nodes:
-        n.stop()
 
 
 def partition_sizes(node: Node, job: int) -> list[int]:

@@ -3,24 +3,8 @@
 
 from __future__ import annotations
 
-import pytest
-
 from tests.launcher_harness import Node, send_app, starts, vmapp_result
 from vmsched.protocol import Client
-
-
-@pytest.fixture
-def node_factory():
-    nodes: list[Node] = []
-
-    def make(policy: str, extra: str = "") -> Node:
-        n = Node(policy, extra).start()
-        nodes.append(n)
-        return n
-
-    yield make
-    for n in nodes:
-        n.stop()
 
 
 def events(node: Node, job: int, kind: str) -> list[dict]:
