@@ -65,7 +65,7 @@ _reference: dict[tuple[str, int], object] = {}
 
 def reference(name: str, cmd: list[str], nranks: int) -> object:
     """The program's result under plain mpiexec (no runtime, no manager)."""
-    key = (name, nranks)
+    key = (name, tuple(cmd), nranks)
     if key not in _reference:
         res = subprocess.run([mpiexec(), "-n", str(nranks), *cmd], capture_output=True, text=True, timeout=120)
         assert res.returncode == 0, res.stderr
