@@ -18,46 +18,21 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-import psutil
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from vmruntime.shmclean import remove_leftovers, shm_segments  # noqa: E402
-from vmruntime.testing import Manager, descendants, mpiexec, rank_pids, selftest_cmd, vmrun_cmd  # noqa: E402
+from vmruntime.testing import Manager, end_job, mpiexec, rank_pids, selftest_cmd, vmrun_cmd  # noqa: E402
 
 COMPUTE = selftest_cmd("send", "--variant", "50x1", "--iters", "100000", "--work", "50")  # runs until stopped
 
 
 def ring_cmd(laps: int) -> list[str]:
     return selftest_cmd("ring", "--laps", str(laps))
-
-
-def stop(proc: subprocess.Popen[bytes]) -> None:
-    """Stop the compute job (and everything below it), reap it, and remove the /dev/shm segments its
-    killed ranks leave behind."""
-    kids = descendants(proc.pid)
-    mapped = shm_segments(proc.pid)
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-    for k in kids:
-        try:
-            k.kill()
-        except Exception:  # noqa: BLE001 - already gone
-            pass
-    psutil.wait_procs(kids, timeout=10)
-    remove_leftovers(mapped)
 
 
 def wait_ranks(proc: subprocess.Popen[bytes], n: int) -> None:
@@ -83,7 +58,7 @@ def timesharing(laps: int) -> float:
         wait_ranks(comp, 2)
         return ring_time([mpiexec(), "-n", "4", *ring_cmd(laps)])
     finally:
-        stop(comp)
+        end_job(comp)
 
 
 def taskset(laps: int) -> float:
@@ -93,7 +68,7 @@ def taskset(laps: int) -> float:
         wait_ranks(comp, 2)
         return ring_time(["taskset", "-c", "0", mpiexec(), "-n", "4", *ring_cmd(laps)])
     finally:
-        stop(comp)
+        end_job(comp)
 
 
 def vmsched(m: Manager, laps: int) -> float:
@@ -103,7 +78,7 @@ def vmsched(m: Manager, laps: int) -> float:
         wait_ranks(comp, 2)
         return ring_time(vmrun_cmd(m.state_dir, 4, 4, ring_cmd(laps), queue="local"), m.env())
     finally:
-        stop(comp)
+        end_job(comp)
 
 
 def main() -> int:

@@ -16,8 +16,18 @@ from pathlib import Path
 import psutil
 import pytest
 
-from vmruntime.shmclean import remove_leftovers, shm_segments
-from vmruntime.testing import Manager, descendants, rank_pids, read_stats, sample, selftest_cmd, shm_entries, vmrun_cmd
+from vmruntime.shmclean import shm_segments
+from vmruntime.testing import (
+    Manager,
+    descendants,
+    end_job,
+    rank_pids,
+    read_stats,
+    sample,
+    selftest_cmd,
+    shm_entries,
+    vmrun_cmd,
+)
 from vmsched.protocol import ProtocolError
 
 SIBLING = 93
@@ -152,20 +162,7 @@ def test_token_of_a_dead_holder_is_reclaimed(manager: Manager, tmp_path) -> None
         assert sum(s["reclaimed"] for s in stats) == 1
     finally:
         # MPICH's own MPI_Finalize now waits for the dead rank forever; end the job.
-        kids = descendants(proc.pid)
-        segments = shm_segments(proc.pid)
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        for k in kids:
-            try:
-                k.kill()
-            except psutil.NoSuchProcess:
-                pass
-        remove_leftovers(segments)
+        end_job(proc)
         with manager.client() as c, contextlib.suppress(ProtocolError):
             c.release(5)  # the manager may have released it already (all its ranks are gone)
 

@@ -16,6 +16,7 @@ from types import TracebackType
 import psutil
 
 from cpumanager.client import CpuManagerClient
+from vmruntime.shmclean import remove_leftovers, shm_segments
 from vmsched.config import Config, load_config
 from vmsched.protocol import DaemonUnavailable
 
@@ -172,6 +173,27 @@ def descendants(root_pid: int) -> list[psutil.Process]:
         return psutil.Process(root_pid).children(recursive=True)
     except psutil.Error:
         return []
+
+
+def end_job(proc: subprocess.Popen, sig: int = signal.SIGTERM) -> None:
+    """End a job started with mpiexec/vmrun (and everything below it), reap it, and remove the
+    /dev/shm segments its killed ranks leave behind."""
+    kids = descendants(proc.pid)
+    mapped = shm_segments(proc.pid)
+    if proc.poll() is None:
+        proc.send_signal(sig)
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    for k in kids:
+        try:
+            k.kill()
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(kids, timeout=10)
+    remove_leftovers(mapped)
 
 
 def shm_entries(cfg: Config) -> list[str]:
