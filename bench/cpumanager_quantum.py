@@ -29,10 +29,10 @@ from rich.console import Console  # noqa: E402
 from rich.progress import track  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-from cpumanager.lbd import LbdParams, LbdState, lbd_step  # noqa: E402
-from cpumanager.manager import CpuManager, open_table  # noqa: E402
-from cpumanager.partition import JobShape, plan_partitions, rank_cpus  # noqa: E402
 from vmsched.config import load_config  # noqa: E402
+from vmsched.cpumanager.lbd import LbdParams, LbdState, lbd_step  # noqa: E402
+from vmsched.cpumanager.manager import CpuManager, open_table  # noqa: E402
+from vmsched.cpumanager.partition import JobShape, plan_partitions, rank_cpus  # noqa: E402
 
 QUANTUM_S = 0.010
 

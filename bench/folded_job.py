@@ -1,7 +1,7 @@
 """A folded job: 4 ranks on 1 CPU (MPL 4) with the runtime (blocking immediately, tokens) against the
 same 4 ranks pinned to the same CPU without it (MPICH spins and yields), in the same invocation.
 
-Workloads (vmruntime.selftest): the thesis's `send` pattern with half the ranks computing 2x and 6x
+Workloads (vmsched.vmruntime.selftest): the thesis's `send` pattern with half the ranks computing 2x and 6x
 longer (send.50x2-like, send.50x6-like) and a token ring. For `send` the CPU work alone is measured
 too (sum over the ranks of the CPU time of their compute phases): the best a folded run can do.
 Targets (issue 3): runtime / plain <= 0.7 for both sends, <= 1.0 for the ring.
@@ -28,7 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from vmruntime.testing import Manager, mpiexec, selftest_cmd, vmrun_cmd  # noqa: E402
+from vmsched.vmruntime.testing import Manager, mpiexec, selftest_cmd, vmrun_cmd  # noqa: E402
 
 WORKLOADS = {
     "send.50x2": selftest_cmd("send", "--variant", "50x2", "--iters", "50", "--work", "5"),

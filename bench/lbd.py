@@ -4,8 +4,8 @@ at run time), in one invocation. Target: LBD within 5 % of the better fixed choi
 The jobs run about 6 s, so that the LBD's measuring phase (about a second on the global queue) is a
 small part of them, as it is for real jobs.
 
-Workloads: the apps developer's `apps.send` (class S) when it is installed, else the same pattern from
-vmruntime.selftest. The LBD's decision and figures are read from the CPU manager's log.
+Workload: `vmsched.apps.send` (class S). The LBD's decision and figures are read from the CPU manager's
+log.
 
     python bench/lbd.py [--reps 2]
 """
@@ -13,7 +13,6 @@ vmruntime.selftest. The LBD's decision and figures are read from the CPU manager
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import re
@@ -24,19 +23,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from vmruntime.testing import Manager, selftest_cmd, vmrun_cmd  # noqa: E402
+from vmsched.vmruntime.testing import Manager, vmrun_cmd  # noqa: E402
 
-APPS = importlib.util.find_spec("apps.send") is not None
-if APPS:
-    JOBS = {
-        "send.50x6": [sys.executable, "-m", "apps.send", "-c", "S", "--variant", "50x6", "--iters", "120"],
-        "balanced": [sys.executable, "-m", "apps.send", "-c", "S", "--variant", "0x1", "--iters", "450"],
-    }
-else:
-    JOBS = {
-        "send.50x6": selftest_cmd("send", "--variant", "50x6", "--iters", "120", "--work", "5"),
-        "balanced": selftest_cmd("send", "--variant", "50x1", "--iters", "450", "--work", "5"),
-    }
+JOBS = {
+    "send.50x6": [sys.executable, "-m", "vmsched.apps.send", "-c", "S", "--variant", "50x6", "--iters", "120"],
+    "balanced": [sys.executable, "-m", "vmsched.apps.send", "-c", "S", "--variant", "0x1", "--iters", "450"],
+}
 QUEUES = ("local", "global", "lbd")
 
 
@@ -76,7 +68,7 @@ def main() -> int:
                                         m.log_path.read_text())  # fmt: skip
                         decisions[name].append(f"{hit.group(3)} (IP {hit.group(2)} %)" if hit else "undecided")
     load1 = os.getloadavg()[0]
-    src = "apps.send" if APPS else "vmruntime.selftest send"
+    src = "vmsched.apps.send"
     print(
         f"{src}: 4 ranks on 2 CPUs (MPL 2), median of {args.reps} runs; load average {load0:.1f} -> {load1:.1f} "
         "(shared machine)"

@@ -24,7 +24,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from vmruntime.testing import Manager, compile_c_program, mpiexec, selftest_cmd, vmrun_cmd  # noqa: E402
+from vmsched.vmruntime.testing import Manager, compile_c_program, mpiexec, selftest_cmd, vmrun_cmd  # noqa: E402
 
 
 def run(cmd: list[str], env: dict[str, str] | None = None) -> dict:

@@ -26,7 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from vmruntime.testing import Manager, end_job, mpiexec, rank_pids, selftest_cmd, vmrun_cmd  # noqa: E402
+from vmsched.vmruntime.testing import Manager, end_job, mpiexec, rank_pids, selftest_cmd, vmrun_cmd  # noqa: E402
 
 COMPUTE = selftest_cmd("send", "--variant", "50x1", "--iters", "100000", "--work", "50")  # runs until stopped
 

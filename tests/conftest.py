@@ -13,8 +13,8 @@ from pathlib import Path
 import posix_ipc
 import pytest
 
-from cpumanager.client import CpuManagerClient
 from vmsched.config import Config, load_config
+from vmsched.cpumanager.client import CpuManagerClient
 from vmsched.protocol import DaemonUnavailable
 
 BIN = Path(sys.executable).parent
@@ -36,16 +36,19 @@ def wait_for(predicate, timeout: float = 10.0, interval: float = 0.005, what: st
 class CpuManagerProcess:
     """A real `vm-cpumanager` started as a subprocess on its own state directory."""
 
-    def __init__(self, state_dir: Path, cpus: str = "0-1", quantum_ms: float = 10.0, *extra: str) -> None:
+    def __init__(self, state_dir: Path, cpus: str = "0-1", quantum_ms: float = 10.0, *extra: str,
+                 bin_dir: Path = BIN, env: dict[str, str] | None = None, cwd: Path | None = None) -> None:  # fmt: skip
         self.state_dir = state_dir
         self.cfg: Config = load_config(state_dir=state_dir)
-        self.args = [str(BIN / "vm-cpumanager"), "--state-dir", str(state_dir), "--cpus", cpus,
+        self.args = [str(bin_dir / "vm-cpumanager"), "--state-dir", str(state_dir), "--cpus", cpus,
                      "--quantum-ms", str(quantum_ms), *extra]  # fmt: skip
+        self.env, self.cwd = env, cwd
         self.proc: subprocess.Popen | None = None
 
     def start(self) -> CpuManagerProcess:
         STARTED_INSTANCES.add(self.cfg.instance)
-        self.proc = subprocess.Popen(self.args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        self.proc = subprocess.Popen(self.args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                     env=self.env, cwd=self.cwd)  # fmt: skip
         client = CpuManagerClient(self.cfg, timeout_s=1.0)
 
         def up() -> bool:

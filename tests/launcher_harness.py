@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import tempfile
@@ -84,6 +85,7 @@ class Node:
             self.launcher.send_signal(signal.SIGTERM)
             self.launcher.wait(timeout=20)
         self.cm.stop()
+        shutil.rmtree(self.root, ignore_errors=True)
 
     def output(self, job_id: int) -> str:
         return (self.work / f"vmsched-{job_id}.out").read_text()
@@ -91,7 +93,7 @@ class Node:
 
 def send_app(iters: int, variant: str = "0x1") -> list[str]:
     """A verified MPI job of adjustable length: the thesis's synthetic send app, class S."""
-    return ["python", "-m", "apps.send", "--class", "S", "--iters", str(iters), "--variant", variant]
+    return ["python", "-m", "vmsched.apps.send", "--class", "S", "--iters", str(iters), "--variant", variant]
 
 
 def vmapp_result(text: str) -> dict[str, Any]:

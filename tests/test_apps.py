@@ -1,4 +1,4 @@
-"""The MPI application suite (apps/): real runs under plain mpiexec, plus the pure helpers.
+"""The MPI application suite (vmsched/apps/): real runs under plain mpiexec, plus the pure helpers.
 
 Every app runs at class S with each allowed count among 1, 2, 4 ranks; it must verify and give the
 same checksum at every count. Bad arguments must fail fast with one clear message.
@@ -18,12 +18,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-from apps import classes, registry
-from apps.counterrng import block_index, uniform
-from apps.exactsum import checksum_of, repro_sums
-from apps.result import format_result, parse_result
-from apps.variants import heavy_ranks, parse_variant
-from vmruntime.shmclean import remove_leftovers, shm_segments
+from vmsched.apps import classes, registry
+from vmsched.apps.counterrng import block_index, uniform
+from vmsched.apps.exactsum import checksum_of, repro_sums
+from vmsched.apps.result import format_result, parse_result
+from vmsched.apps.variants import heavy_ranks, parse_variant
+from vmsched.vmruntime.shmclean import remove_leftovers, shm_segments
 
 MPIEXEC = Path(sys.executable).parent / "mpiexec"
 REPO = Path(__file__).resolve().parents[1]
@@ -132,17 +132,17 @@ def test_pingpong_and_ring_options(n: int) -> None:
     [
         (
             3,
-            ["-m", "apps.cg", "--class", "B"],
+            ["-m", "vmsched.apps.cg", "--class", "B"],
             "cg needs a power-of-two number of ranks from 1 to 64; it was started with 3",
         ),
-        (2, ["-m", "apps.btmz", "-c", "B"], "btmz needs a perfect-square number of ranks"),
-        (2, ["-m", "apps.ep", "--class", "Q"], "unknown class 'Q' for ep; choose one of S, W, A, B"),
-        (2, ["-m", "apps.sweep", "--class", "B"], "unknown class 'B' for sweep"),
-        (2, ["-m", "apps.send", "-c", "A", "--variant", "150x2"], "bad variant '150x2'"),
-        (2, ["-m", "apps.send", "-c", "A", "--variant", "fast"], "bad variant 'fast'"),
-        (2, ["-m", "apps.ring", "-c", "A", "--mode", "star"], "unknown mode 'star'"),
-        (2, ["-m", "apps.ring", "-c", "A", "--size", "12"], "--size must be a multiple of 8"),
-        (2, ["-m", "apps.ft", "-c", "B", "--bogus"], "unrecognized arguments: --bogus"),
+        (2, ["-m", "vmsched.apps.btmz", "-c", "B"], "btmz needs a perfect-square number of ranks"),
+        (2, ["-m", "vmsched.apps.ep", "--class", "Q"], "unknown class 'Q' for ep; choose one of S, W, A, B"),
+        (2, ["-m", "vmsched.apps.sweep", "--class", "B"], "unknown class 'B' for sweep"),
+        (2, ["-m", "vmsched.apps.send", "-c", "A", "--variant", "150x2"], "bad variant '150x2'"),
+        (2, ["-m", "vmsched.apps.send", "-c", "A", "--variant", "fast"], "bad variant 'fast'"),
+        (2, ["-m", "vmsched.apps.ring", "-c", "A", "--mode", "star"], "unknown mode 'star'"),
+        (2, ["-m", "vmsched.apps.ring", "-c", "A", "--size", "12"], "--size must be a multiple of 8"),
+        (2, ["-m", "vmsched.apps.ft", "-c", "B", "--bogus"], "unrecognized arguments: --bogus"),
     ],  # fmt: skip
 )
 def test_wrong_arguments_fail_before_computing(n: int, argv: list[str], message: str) -> None:
@@ -161,7 +161,7 @@ def test_failed_verification_exits_1_after_the_result_line(tmp_path: Path) -> No
     script.write_text(
         textwrap.dedent(
             """
-            from apps import harness
+            from vmsched.apps import harness
 
             def kernel(ctx):
                 ctx.comm.Barrier()
@@ -183,7 +183,7 @@ def test_an_exception_in_one_rank_aborts_the_job(tmp_path: Path) -> None:
     script.write_text(
         textwrap.dedent(
             """
-            from apps import harness
+            from vmsched.apps import harness
 
             def kernel(ctx):
                 if ctx.rank == 1:
@@ -230,7 +230,7 @@ def test_registry_allowed_counts() -> None:
 
 def test_registry_command_and_names() -> None:
     argv = registry.command("send", "W", variant="50x2")
-    assert argv == [sys.executable, "-m", "apps.send", "--class", "W", "--variant", "50x2"]
+    assert argv == [sys.executable, "-m", "vmsched.apps.send", "--class", "W", "--variant", "50x2"]
     assert registry.command("ring", "S", mode="pingpong", iters=10)[-4:] == ["--mode", "pingpong", "--iters", "10"]
     with pytest.raises(ValueError, match="no class 'B'"):
         registry.command("sweep", "B")
@@ -251,7 +251,7 @@ def test_every_app_has_sizes_for_its_classes() -> None:
         assert set(spec.classes) == set(classes.SIZES[name]), name
         works = [classes.work(name, c) for c in spec.classes]
         assert works == sorted(works) and len(set(works)) == len(works), f"{name}: classes must grow"
-        assert spec.module == f"apps.{name}" and (REPO / "apps" / f"{name}.py").is_file()
+        assert spec.module == f"vmsched.apps.{name}" and (REPO / "vmsched" / "apps" / f"{name}.py").is_file()
 
 
 # --- result line ----------------------------------------------------------------------------------------
@@ -288,7 +288,7 @@ def test_repro_sums_do_not_depend_on_order_or_split() -> None:
         parts = np.array_split(perm, 7)
         # rank-style: digit sums per part, added as integers, give the same bits
         e = math.frexp(float(np.abs(x).max()))[1]
-        from apps.exactsum import digit_sums, digits_value
+        from vmsched.apps.exactsum import digit_sums, digits_value
 
         digits = sum(digit_sums(p, e) for p in parts)
         assert digits_value(digits.tolist(), e) == total
@@ -313,7 +313,7 @@ def test_counter_rng_is_decomposition_independent() -> None:
 
 
 def test_measure_table_estimates_classifies_and_flags_mismatches(tmp_path: Path) -> None:
-    from apps import measure
+    from vmsched.apps import measure
 
     def res(name: str, cls: str, n: int, t: float, checksum: str = "c") -> dict[str, Any]:
         return {"name": name, "class": cls, "ranks": n, "time": t, "mpi_pct": 10.0 * n, "verified": True,
@@ -321,7 +321,8 @@ def test_measure_table_estimates_classifies_and_flags_mismatches(tmp_path: Path)
 
     results = [res("ep", "W", 1, 12.0), res("ep", "W", 2, 5.0), res("ep", "W", 4, 4.0, "other")]
     results += [res("btmz", "W", 1, 30.0), res("btmz", "W", 4, 9.0), res("send.50x2", "W", 1, 1.0)]
-    text = measure.table(results, ["ep", "btmz", "send.50x2"], ["W"], ["A"], [1, 2, 4], "python -m apps.measure x")
+    command = "python -m vmsched.apps.measure x"
+    text = measure.table(results, ["ep", "btmz", "send.50x2"], ["W"], ["A"], [1, 2, 4], command)
     rows = {tuple(c.strip() for c in line.strip("|").split("|")[:2]): line for line in text.splitlines()}
     assert "MISMATCH" in rows[("ep", "W")] and "| short |" in rows[("ep", "W")]
     ratio = classes.work("ep", "A") / classes.work("ep", "W")

@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from apps.result import parse_result
 from tests.conftest import BIN
+from vmsched.apps.result import parse_result
 
 PY = sys.executable
 # (app, extra options, ranks at MPL 1 on 2 CPUs, ranks at MPL 4 on 1 CPU)
@@ -35,7 +35,7 @@ def run(argv: list[str]) -> dict:
 
 @pytest.mark.parametrize("app, opts, n1, n4", CASES, ids=[c[0] for c in CASES])
 def test_app_under_vmsched_mpl1_and_mpl4(cpumanager, spawn, app, opts, n1, n4):
-    command = [PY, "-m", f"apps.{app}", "--class", "S", *opts]
+    command = [PY, "-m", f"vmsched.apps.{app}", "--class", "S", *opts]
     plain = run([str(BIN / "mpiexec"), "-n", "1", *command])
     vmrun = [str(BIN / "vmrun"), "--state-dir", str(cpumanager.state_dir)]
     mpl1 = run([*vmrun, "-n", str(n1), "--max-mpl", "1", "--", *command])

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 import zmq
 
-from cpumanager import shm_layout as L
-from cpumanager.table import SharedTable
 from tests.conftest import BIN, CpuManagerProcess, vmsched_shm_entries, wait_for
+from vmsched.cpumanager import shm_layout as L
+from vmsched.cpumanager.table import SharedTable
 from vmsched.protocol import MAX_REQUEST_BYTES, ProtocolError
 
 
@@ -272,7 +272,7 @@ def test_c_header_matches_ctypes_layout(tmp_path):
 
 
 def test_table_full_and_attach_errors(tmp_path):
-    from cpumanager.table import TableError
+    from vmsched.cpumanager.table import TableError
 
     with pytest.raises(TableError, match="is the CPU manager running"):
         SharedTable.attach("/vmsched.test-missing", "/vmsched.test-missing.lock")

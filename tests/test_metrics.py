@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from workloads.errors import WorkloadError
-from workloads.metrics import (
+from vmsched.workloads.errors import WorkloadError
+from vmsched.workloads.metrics import (
     JobRecord,
     Segment,
     bounded_slowdown,
@@ -28,7 +28,7 @@ from workloads.metrics import (
     turnaround_steps,
     verdict,
 )
-from workloads.swf import format_swf, parse_swf, read_swf
+from vmsched.workloads.swf import format_swf, parse_swf, read_swf
 
 # j1 long: waits 0, runs 100 on 2 CPUs            -> response 100
 # j2 short: waits 40, runs 5 on 1 CPU              -> response 45

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from cpumanager.partition import (
+from vmsched.cpumanager.partition import (
     AdmissionError,
     JobShape,
     assign_cpus,

@@ -3,8 +3,8 @@
 
 from __future__ import annotations
 
-from cpumanager.partition import JobShape, partition_sizes
-from launcher.policy import (
+from vmsched.cpumanager.partition import JobShape, partition_sizes
+from vmsched.launcher.policy import (
     Abort,
     PolicyConfig,
     QueuedJob,
@@ -17,7 +17,7 @@ from launcher.policy import (
     decide,
     parse_policy_spec,
 )
-from launcher.policy.sizes import percentage_offers
+from vmsched.launcher.policy.sizes import percentage_offers
 
 # --- helpers ---------------------------------------------------------------------------------------
 

@@ -8,8 +8,9 @@ import math
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cpumanager.partition import JobShape, check_admission, minimum_partition
-from launcher.policy import (
+from tests.test_policies import cfg, q, r, run, snap
+from vmsched.cpumanager.partition import JobShape, check_admission, minimum_partition
+from vmsched.launcher.policy import (
     QueuedJob,
     RunningJob,
     SetMaxMpl,
@@ -19,10 +20,9 @@ from launcher.policy import (
     next_event_time,
     parse_policy_spec,
 )
-from launcher.policy.orders import ordered_queue
-from launcher.policy.profile import FreeProfile
-from launcher.policy.sizes import percentage_offers
-from tests.test_policies import cfg, q, r, run, snap
+from vmsched.launcher.policy.orders import ordered_queue
+from vmsched.launcher.policy.profile import FreeProfile
+from vmsched.launcher.policy.sizes import percentage_offers
 
 # --- the free-CPU profile -------------------------------------------------------------------------
 
@@ -271,7 +271,11 @@ def _preferred(job: QueuedJob, policy: str, ncpus: int) -> int:
     if policy == "moldable":
         offers = percentage_offers(job.procs, (1.0, 0.8, 0.7, 0.6, 0.5, 0.4))
         return next((n for n in offers if n <= ncpus), offers[0])
-    return job.procs[0]
+    # fcfs: as requested; a job larger than the machine folded just enough to fit (within the MPL cap),
+    # on ceil(n / MPL) CPUs.
+    n = job.procs[0]
+    fold = math.ceil(n / ncpus)
+    return math.ceil(n / fold) if fold <= cfg("fcfs").max_mpl_limit else n
 
 
 @st.composite

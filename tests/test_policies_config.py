@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from launcher.policy import POLICIES, PolicyConfig, QueuedJob, can_ever_start, decide, parse_policy_spec
-from launcher.policy.orders import ordered_queue
 from tests.test_policies import q, r, run, snap
+from vmsched.launcher.policy import POLICIES, PolicyConfig, QueuedJob, can_ever_start, decide, parse_policy_spec
+from vmsched.launcher.policy.orders import ordered_queue
 
 # --- validation ------------------------------------------------------------------------------------
 
@@ -182,7 +182,7 @@ def test_can_ever_start(spec, procs, cls, expected):
 
 
 def test_spec_with_numeric_options_round_trips():
-    from launcher.policy.config import parse_policy_spec
+    from vmsched.launcher.policy.config import parse_policy_spec
 
     cfg = parse_policy_spec("fjt[fjt_long_mpl=1,malleable_mpl=2]+easy:malleable/sjf")
     assert (cfg.fjt_long_mpl, cfg.malleable_mpl, cfg.order) == (1, 2, "sjf")
@@ -195,8 +195,8 @@ def test_spec_with_numeric_options_round_trips():
 
 
 def test_fcfs_folds_a_rigid_job_larger_than_the_machine_just_enough():
-    from launcher.policy.core import decide
-    from launcher.policy.snapshot import QueuedJob, Snapshot
+    from vmsched.launcher.policy.core import decide
+    from vmsched.launcher.policy.snapshot import QueuedJob, Snapshot
 
     job = QueuedJob(1, 0.0, "u", (4,), None, "short", 10.0)
     [start] = decide(Snapshot(0.0, 2, (job,), ()), parse_policy_spec("fcfs"))

@@ -9,10 +9,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from launcher.policy import POLICIES, Start, can_ever_start, parse_policy_spec
-from launcher.policy.simulate import folding_runtime, simulate
-from launcher.policy.sizes import estimate_at
 from tests.test_policies import q
+from vmsched.launcher.policy import POLICIES, Start, can_ever_start, parse_policy_spec
+from vmsched.launcher.policy.simulate import folding_runtime, simulate
+from vmsched.launcher.policy.sizes import estimate_at
 
 
 def _workload(seed: int, n: int = 40, ncpus: int = 8) -> list:

@@ -5,10 +5,10 @@ from __future__ import annotations
 import subprocess
 
 from tests.conftest import BIN
-from workloads.catalog import AppSpec
-from workloads.generate import MixEntry, WorkloadSpec, generate
-from workloads.params import AllowedCounts
-from workloads.swf import read_swf
+from vmsched.workloads.catalog import AppSpec
+from vmsched.workloads.generate import MixEntry, WorkloadSpec, generate
+from vmsched.workloads.params import AllowedCounts
+from vmsched.workloads.swf import read_swf
 
 POLICIES = ("fcfs+easy:abort/fifo", "fjt+easy:malleable/fifo")
 
@@ -17,11 +17,11 @@ def small_workload(directory) -> int:
     """About 20 class-S jobs (about a second each) arriving over about 25 s, long and short."""
     up_to_2 = AllowedCounts.of([2, 1])
     apps = [
-        AppSpec("ep", "S", "mpiexec -n N python -m apps.ep --class S", 2.0, "short", up_to_2, "low"),
-        AppSpec("sweep", "S", "mpiexec -n N python -m apps.sweep --class S", 2.0, "short", up_to_2, "high"),
-        AppSpec("send", "S.50x6", "mpiexec -n N python -m apps.send --class S --iters 20 --variant 50x6", 3.0,
+        AppSpec("ep", "S", "mpiexec -n N python -m vmsched.apps.ep --class S", 2.0, "short", up_to_2, "low"),
+        AppSpec("sweep", "S", "mpiexec -n N python -m vmsched.apps.sweep --class S", 2.0, "short", up_to_2, "high"),
+        AppSpec("send", "S.50x6", "mpiexec -n N python -m vmsched.apps.send --class S --iters 20 --variant 50x6", 3.0,
                 "long", up_to_2, "medium", balanced=False),
-        AppSpec("cg", "S", "mpiexec -n N python -m apps.cg --class S", 2.0, "long", up_to_2, "high"),
+        AppSpec("cg", "S", "mpiexec -n N python -m vmsched.apps.cg --class S", 2.0, "long", up_to_2, "high"),
     ]  # fmt: skip
     spec = WorkloadSpec(cpus=2, utilization=0.8, mix=tuple(MixEntry(a, 0.25) for a in apps), duration=25, seed=7)
     w = generate(spec)
@@ -55,7 +55,7 @@ def test_replay_two_policies_end_to_end(tmp_path):
 
 
 def test_replay_bad_workload(tmp_path):
-    (tmp_path / "template.txt").write_text("mpiexec -n N python -m apps.ep --class S\n")
+    (tmp_path / "template.txt").write_text("mpiexec -n N python -m vmsched.apps.ep --class S\n")
     r = subprocess.run([str(BIN / "vmreplay"), str(tmp_path), "--private"], capture_output=True, text=True)
     assert r.returncode == 1 and "allowed_procs.txt" in r.stderr
     r = subprocess.run([str(BIN / "vmreplay"), str(tmp_path), "--time-scale", "0"], capture_output=True, text=True)

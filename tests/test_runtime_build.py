@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from cpumanager import shm_layout as L
-from vmruntime import build
-from vmruntime.testing import compile_c_program, mpiexec, read_stats, selftest_cmd
+from vmsched.cpumanager import shm_layout as L
+from vmsched.vmruntime import build
+from vmsched.vmruntime.testing import compile_c_program, mpiexec, read_stats, selftest_cmd
 
 STRUCTS = {"vm_header": L.Header, "vm_cpu": L.CpuEntry, "vm_job": L.JobEntry, "vm_rank": L.RankEntry,
            "vm_segment": L.Segment}  # fmt: skip

@@ -3,7 +3,6 @@ at MPL 1, 2 and 4, on local and global queues, while the job's partition keeps c
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -13,7 +12,16 @@ from pathlib import Path
 
 import pytest
 
-from vmruntime.testing import Manager, SiblingFlipper, compile_c_program, mpiexec, read_stats, selftest_cmd, vmrun_cmd
+from vmsched.apps.result import parse_result
+from vmsched.vmruntime.testing import (
+    Manager,
+    SiblingFlipper,
+    compile_c_program,
+    mpiexec,
+    read_stats,
+    selftest_cmd,
+    vmrun_cmd,
+)
 
 C_RING = Path(__file__).parent / "c" / "ring.c"
 PROGRAMS = {
@@ -142,14 +150,11 @@ def test_global_queue_heuristics(manager: Manager, tmp_path: Path, heuristic: st
 APP_CASES = [("cg", "local"), ("ft", "global"), ("sweep", "global"), ("btmz", "local")]
 
 
-@pytest.mark.skipif(importlib.util.find_spec("apps.cg") is None, reason="apps/ not installed")
 @pytest.mark.parametrize(("app", "queue"), APP_CASES, ids=[f"{a}-{q}" for a, q in APP_CASES])
 def test_apps_while_the_partition_changes(manager: Manager, tmp_path: Path, app: str, queue: str) -> None:
     """The suite's apps (point-to-point, all-to-all, wavefront, imbalanced zones) keep their verified
     checksum while their partition flips between MPL 2 and MPL 4."""
-    from apps.result import parse_result
-
-    cmd = [sys.executable, "-m", f"apps.{app}", "-c", "S"]
+    cmd = [sys.executable, "-m", f"vmsched.apps.{app}", "-c", "S"]
     plain = subprocess.run([mpiexec(), "-n", "4", *cmd], capture_output=True, text=True, timeout=300)
     assert plain.returncode == 0, plain.stderr
     stats = tmp_path / "stats.jsonl"

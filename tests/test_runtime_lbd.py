@@ -4,7 +4,6 @@ the decision with its figures shows in the status view and the manager's log."""
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import subprocess
 import sys
@@ -13,15 +12,11 @@ from collections.abc import Iterator
 
 import pytest
 
-from vmruntime.testing import Manager, selftest_cmd, vmrun_cmd
+from vmsched.vmruntime.testing import Manager, vmrun_cmd
 
 
 def send_cmd(variant: str, iters: int) -> list[str]:
-    """The apps developer's send when it is installed, else the runtime's own copy of the pattern."""
-    if importlib.util.find_spec("apps.send") is not None:
-        return [sys.executable, "-m", "apps.send", "-c", "S", "--variant", variant, "--iters", str(iters)]
-    pct, k = variant.split("x")
-    return selftest_cmd("send", "--variant", f"{pct or 50}x{k}", "--iters", str(3 * iters), "--work", "6")
+    return [sys.executable, "-m", "vmsched.apps.send", "-c", "S", "--variant", variant, "--iters", str(iters)]
 
 
 @pytest.fixture(scope="module")

@@ -16,8 +16,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from vmruntime.shmclean import shm_segments
-from vmruntime.testing import (
+from vmsched.protocol import ProtocolError
+from vmsched.vmruntime.shmclean import shm_segments
+from vmsched.vmruntime.testing import (
     Manager,
     descendants,
     end_job,
@@ -28,7 +29,6 @@ from vmruntime.testing import (
     shm_entries,
     vmrun_cmd,
 )
-from vmsched.protocol import ProtocolError
 
 SIBLING = 93
 WORKLOAD = selftest_cmd("send", "--variant", "50x2", "--iters", "40", "--work", "5")
@@ -107,8 +107,8 @@ def test_killed_rank_fails_the_job_promptly(manager: Manager) -> None:
 
 def test_job_runs_plain_without_a_table(tmp_path) -> None:
     """VMSCHED_* pointing at no table: the preloaded ranks run as plain MPI."""
-    from vmruntime.build import library_path
-    from vmruntime.testing import mpiexec, read_stats
+    from vmsched.vmruntime.build import library_path
+    from vmsched.vmruntime.testing import mpiexec, read_stats
 
     stats = tmp_path / "s.jsonl"
     cmd = [mpiexec(), "-n", "2", "-genv", "LD_PRELOAD", str(library_path()), "-genv", "VMSCHED_SHM",
@@ -139,9 +139,9 @@ print("done", c.rank, flush=True)
 def test_token_of_a_dead_holder_is_reclaimed(manager: Manager, tmp_path) -> None:
     """Rank 3 dies holding the only token; the others must get it back and finish their work.
     (hydra would kill the job at once; -disable-auto-cleanup keeps the survivors running.)"""
-    from vmruntime.build import library_path
-    from vmruntime.testing import mpiexec, read_stats
-    from vmruntime.vmrun import job_environment
+    from vmsched.vmruntime.build import library_path
+    from vmsched.vmruntime.testing import mpiexec, read_stats
+    from vmsched.vmruntime.vmrun import job_environment
 
     prog = tmp_path / "dead_holder.py"
     prog.write_text(DEAD_HOLDER)
@@ -172,7 +172,7 @@ def test_signal_to_vmrun_ends_the_job(manager: Manager, sig: int) -> None:
     """Ctrl-C or SIGTERM to vmrun ends a folded job within the grace period, leaving nothing behind
     (a rank interrupted in Python goes to MPI_Finalize while its peers wait for it inside MPI; vmrun
     kills what has not ended after KILL_GRACE_S)."""
-    from vmruntime.vmrun import KILL_GRACE_S
+    from vmsched.vmruntime.vmrun import KILL_GRACE_S
 
     proc = start_folded(manager)
     kids = descendants(proc.pid)
@@ -199,7 +199,7 @@ time.sleep(120)
 
 
 def test_job_that_ignores_the_signal_is_killed_after_the_grace_period(manager: Manager, tmp_path: Path) -> None:
-    from vmruntime.vmrun import KILL_GRACE_S
+    from vmsched.vmruntime.vmrun import KILL_GRACE_S
 
     prog = tmp_path / "ignores_sigint.py"
     prog.write_text(IGNORES_SIGINT)

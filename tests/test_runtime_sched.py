@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from vmruntime.testing import Manager, StateSampler, mpiexec, rank_pids, sample, selftest_cmd, vmrun_cmd
+from vmsched.vmruntime.testing import Manager, StateSampler, mpiexec, rank_pids, sample, selftest_cmd, vmrun_cmd
 
 QUANTUM_MS = 10.0
 SIBLING = 91

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from vmruntime.testing import Manager, read_stats, vmrun_cmd
-from vmruntime.vmrun import EXIT_VMRUN, main, parse_args
+from vmsched.vmruntime.testing import Manager, read_stats, vmrun_cmd
+from vmsched.vmruntime.vmrun import EXIT_VMRUN, main, parse_args
 
 
 @pytest.fixture(scope="module")

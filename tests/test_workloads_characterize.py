@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from workloads.characterize import (
+from vmsched.workloads.characterize import (
     CLASSES,
     DEFAULT_START_DESCRIPTION,
     Group,
@@ -18,8 +18,8 @@ from workloads.characterize import (
     merge_groups,
     weekday_hour,
 )
-from workloads.errors import WorkloadError
-from workloads.swf import parse_swf, read_swf
+from vmsched.workloads.errors import WorkloadError
+from vmsched.workloads.swf import parse_swf, read_swf
 
 LUBLIN = Path(__file__).resolve().parents[2] / "shared" / "data" / "lublin_256.swf"
 

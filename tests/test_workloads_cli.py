@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from workloads.cli import main
-from workloads.params import read_params_dir
-from workloads.swf import read_swf
+from vmsched.workloads.cli import main
+from vmsched.workloads.params import read_params_dir
+from vmsched.workloads.swf import read_swf
 
 ROOT = Path(__file__).resolve().parents[1]
 LUBLIN = Path(__file__).resolve().parents[2] / "shared" / "data" / "lublin_256.swf"
-EXAMPLES = ROOT / "workloads" / "examples"
+EXAMPLES = ROOT / "vmsched" / "workloads" / "examples"
 
 RESULT_A = """; MaxProcs: 2
 1 0 0 100 2 -1 -1 2 150 -1 1 -1 -1 0 1 -1 -1 -1
@@ -69,7 +69,7 @@ def test_bad_parameter_files_exit_1(tmp_path: Path, capsys: pytest.CaptureFixtur
     (d / "trace.swf").write_text("0 2 -1 -1 -1 -1 -1 -1 -1 -1 -1 -1 -1 1 -1 -1 -1 -1\n")
     assert main(["check", str(d)]) == 1
     assert "template.txt: template file is missing" in capsys.readouterr().err
-    (d / "template.txt").write_text("mpiexec -n N python -m apps.ep --class A\n")
+    (d / "template.txt").write_text("mpiexec -n N python -m vmsched.apps.ep --class A\n")
     assert main(["check", str(d)]) == 1
     assert f"{d / 'trace.swf'}:1: unknown application number 1" in capsys.readouterr().err
 
@@ -182,9 +182,10 @@ def test_compare_different_workloads_exits_1(tmp_path: Path, capsys: pytest.Capt
 
 
 def test_module_entry_point_exit_codes(tmp_path: Path) -> None:
-    ok = subprocess.run([sys.executable, "-m", "workloads", "check", str(LUBLIN)], capture_output=True, text=True)
+    cmd = [sys.executable, "-m", "vmsched.workloads", "check"]
+    ok = subprocess.run([*cmd, str(LUBLIN)], capture_output=True, text=True)
     assert ok.returncode == 0 and "10000 job(s)" in ok.stdout
     bad = tmp_path / "bad.swf"
     bad.write_text("1 2 3\n")
-    fail = subprocess.run([sys.executable, "-m", "workloads", "check", str(bad)], capture_output=True, text=True)
+    fail = subprocess.run([*cmd, str(bad)], capture_output=True, text=True)
     assert fail.returncode == 1 and f"{bad}:1: expected 18 fields, found 3" in fail.stderr

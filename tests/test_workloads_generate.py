@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from workloads import catalog, mixes
-from workloads.errors import WorkloadError
-from workloads.generate import (
+from vmsched.workloads import catalog, mixes
+from vmsched.workloads.errors import WorkloadError
+from vmsched.workloads.generate import (
     MixEntry,
     WorkloadSpec,
     arrival_rate,
@@ -18,10 +18,10 @@ from workloads.generate import (
     mix_by_class,
     mix_from_weights,
 )
-from workloads.params import job_requests, read_params_dir
-from workloads.swf import format_swf, read_swf
+from vmsched.workloads.params import job_requests, read_params_dir
+from vmsched.workloads.swf import format_swf, read_swf
 
-EXAMPLES_DIR = Path(__file__).resolve().parents[1] / "workloads" / "examples"
+EXAMPLES_DIR = Path(__file__).resolve().parents[1] / "vmsched" / "workloads" / "examples"
 
 
 def _spec(**changes) -> WorkloadSpec:
@@ -98,8 +98,8 @@ def test_generated_parameter_files_read_back(tmp_path: Path) -> None:
     assert len(requests) == len(w.arrivals)
     assert [r.submit_time for r in requests] == [a.submit_time for a in w.arrivals]
     by_app = {
-        0: ("long", "mpiexec -n 4 python -m apps.cg --class A"),
-        1: ("short", "mpiexec -n 4 python -m apps.sweep --class W"),
+        0: ("long", "mpiexec -n 4 python -m vmsched.apps.cg --class A"),
+        1: ("short", "mpiexec -n 4 python -m vmsched.apps.sweep --class W"),
     }
     for r in requests:
         assert (r.job_class, r.command()) == by_app[r.app_number]

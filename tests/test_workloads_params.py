@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from workloads.errors import WorkloadError
-from workloads.params import (
+from vmsched.workloads.errors import WorkloadError
+from vmsched.workloads.params import (
     AllowedCounts,
     Application,
     Arrival,
@@ -93,13 +93,13 @@ def test_requests_follow_arrival_time_and_use_trace_fields_8_and_9(tmp_path: Pat
 
 
 def test_placeholder_substitution_only_touches_the_letter_n() -> None:
-    template = "mpiexec -n N python -m apps.cg --class A --name NAS N.out cg.B.N"
-    assert substitute_procs(template, 4) == "mpiexec -n 4 python -m apps.cg --class A --name NAS 4.out cg.B.4"
+    template = "mpiexec -n N python -m vmsched.apps.cg --class A --name NAS N.out cg.B.N"
+    assert substitute_procs(template, 4) == "mpiexec -n 4 python -m vmsched.apps.cg --class A --name NAS 4.out cg.B.4"
     assert strip_launcher(["mpiexec", "-n", "4", "python", "x.py"]) == ["python", "x.py"]
     assert strip_launcher(["mpirun", "-np=4", "a.out"]) == ["a.out"]
     assert strip_launcher(["python", "x.py"]) == ["python", "x.py"]
-    assert application_name("mpiexec -n N python -m apps.send --class W --variant 50x6") == "send.W.50x6"
-    assert application_name("mpiexec -n N python -m apps.cg --class W") == "cg.W"
+    assert application_name("mpiexec -n N python -m vmsched.apps.send --class W --variant 50x6") == "send.W.50x6"
+    assert application_name("mpiexec -n N python -m vmsched.apps.cg --class W") == "cg.W"
 
 
 def test_allowed_counts_format_pads_to_seven_columns() -> None:
@@ -196,8 +196,8 @@ def test_not_a_directory(tmp_path: Path) -> None:
 
 def test_write_then_read_parameter_files(tmp_path: Path) -> None:
     apps = [
-        Application(0, "mpiexec -n N python -m apps.ep --class A", AllowedCounts.any_up_to(4), "long"),
-        Application(1, "mpiexec -n N python -m apps.cg --class W", AllowedCounts.of([4, 2, 1]), "short"),
+        Application(0, "mpiexec -n N python -m vmsched.apps.ep --class A", AllowedCounts.any_up_to(4), "long"),
+        Application(1, "mpiexec -n N python -m vmsched.apps.cg --class W", AllowedCounts.of([4, 2, 1]), "short"),
     ]
     arrivals = [Arrival(1, 0, 1), Arrival(2, 7.5, 0, requested_processors=3, requested_time=90)]
     write_params(tmp_path / "w", apps, arrival_log(arrivals, {"MaxProcs": 2}))

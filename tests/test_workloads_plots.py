@@ -8,9 +8,9 @@ from pathlib import Path
 import matplotlib.image
 from rich.console import Console
 
-from workloads import plots
-from workloads.metrics import JobRecord, Segment, relative_performance, summarize
-from workloads.report import comparison_table, markdown, relative_tables, summary_tables
+from vmsched.workloads import plots
+from vmsched.workloads.metrics import JobRecord, Segment, relative_performance, summarize
+from vmsched.workloads.report import comparison_table, markdown, relative_tables, summary_tables
 
 A = [
     JobRecord(1, 0, 0, 100, 2, 2, 150, "long", deadline=90),

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from workloads.errors import WorkloadError
-from workloads.swf import (
+from vmsched.workloads.errors import WorkloadError
+from vmsched.workloads.swf import (
     FIELD_NAMES,
     Blank,
     Comment,

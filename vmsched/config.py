@@ -77,7 +77,7 @@ class CpuManagerConfig:
 
 @dataclass(frozen=True)
 class LauncherConfig:
-    policy: str = "fjt+easy:malleable/fifo"  # POLICY[+BACKFILL[:EXPIRY]][/ORDER], see launcher/policy
+    policy: str = "fjt+easy:malleable/fifo"  # POLICY[+BACKFILL[:EXPIRY]][/ORDER], see vmsched/launcher/policy
     long_threshold_s: float = 300.0  # estimate above this -> long job (thesis: 30 min, scaled to this node)
     long_estimate_s: float = 900.0  # estimate of a job submitted with --class long and no --time
     short_estimate_s: float = 120.0  # ... with --class short and no --time
@@ -197,7 +197,7 @@ def load_config(
     if cfg.launcher.overrun not in ("kill", "keep"):
         raise ConfigError("[launcher] overrun must be kill or keep")
     try:
-        from launcher.policy.config import parse_policy_spec
+        from vmsched.launcher.policy.config import parse_policy_spec
 
         parse_policy_spec(cfg.launcher.policy)
     except ValueError as e:

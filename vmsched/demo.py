@@ -23,29 +23,32 @@ from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
 
-from apps.result import parse_result
-from launcher.history import partition_segments
+from vmsched.apps.result import parse_result
 from vmsched.config import format_cpu_list, load_config
+from vmsched.launcher.history import partition_segments
 from vmsched.protocol import Client, DaemonUnavailable
-from workloads.plots import plot_partitions, plot_utilization
+from vmsched.workloads.plots import plot_partitions, plot_utilization
 
 BIN = Path(sys.executable).parent
+
+
+def app(name: str) -> list[str]:
+    return ["python", "-m", f"vmsched.apps.{name}"]
 
 
 def workload(ncpus: int) -> list[tuple[float, list[str]]]:
     """(seconds after start, vmsubmit arguments): long and short jobs, high and low communication,
     one imbalanced (send.50x6), sized for a few CPUs."""
     big, small = 2 * ncpus, max(1, ncpus // 2)
-    app = ["python", "-m"]
     return [
-        (0.0, ["-n", str(big), "--class", "long", "--time", "3m", "-J", "cg.W", "--", *app, "apps.cg", "-c", "W"]),
-        (1.0, ["-n", str(small), "--class", "short", "--time", "30s", "-J", "ep.S", "--", *app, "apps.ep", "-c", "S"]),
-        (2.0, ["-n", str(big), "--class", "long", "--time", "3m", "-J", "send.50x6", "--", *app, "apps.send",
+        (0.0, ["-n", str(big), "--class", "long", "--time", "3m", "-J", "cg.W", "--", *app("cg"), "-c", "W"]),
+        (1.0, ["-n", str(small), "--class", "short", "--time", "30s", "-J", "ep.S", "--", *app("ep"), "-c", "S"]),
+        (2.0, ["-n", str(big), "--class", "long", "--time", "3m", "-J", "send.50x6", "--", *app("send"),
                "-c", "W", "--variant", "50x6"]),
-        (4.0, ["-n", str(small), "--class", "short", "--time", "30s", "-J", "mg.S", "--", *app, "apps.mg", "-c", "S"]),
-        (6.0, ["-n", str(small), "--class", "short", "--time", "30s", "-J", "sweep.S", "--", *app, "apps.sweep",
+        (4.0, ["-n", str(small), "--class", "short", "--time", "30s", "-J", "mg.S", "--", *app("mg"), "-c", "S"]),
+        (6.0, ["-n", str(small), "--class", "short", "--time", "30s", "-J", "sweep.S", "--", *app("sweep"),
                "-c", "S"]),
-        (8.0, ["-n", str(big), "--class", "long", "--time", "3m", "-J", "ft.W", "--", *app, "apps.ft", "-c", "W"]),
+        (8.0, ["-n", str(big), "--class", "long", "--time", "3m", "-J", "ft.W", "--", *app("ft"), "-c", "W"]),
     ]  # fmt: skip
 
 

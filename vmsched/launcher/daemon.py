@@ -1,0 +1,91 @@
+"""`vm-launcher`: the queue daemon. A small loop: serve requests, run what is due, repeat."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import time
+
+from vmsched.config import ConfigError, load_config
+from vmsched.cpumanager.client import CpuManagerClient
+from vmsched.daemon import request_socket, serve_forever, setup_logging
+from vmsched.launcher.service import Launcher, load_policy
+from vmsched.launcher.store import Store
+from vmsched.proctrack import pid_alive_cmd
+from vmsched.protocol import DaemonUnavailable
+
+log = logging.getLogger("vm-launcher")
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="vm-launcher", description="vmsched queue daemon")
+    p.add_argument("--config", help="TOML config file (default: $VMSCHED_CONFIG or <state-dir>/vmsched.toml)")
+    p.add_argument("--state-dir", help="directory for sockets, database and logs (default: $VMSCHED_STATE_DIR)")
+    p.add_argument("--policy", help="POLICY[+BACKFILL[:EXPIRY]][/ORDER], e.g. fjt+easy:malleable/fifo")
+    p.add_argument("--queue-type", choices=("lbd", "local", "global"), help="queue type asked for every job")
+    p.add_argument("--overrun", choices=("kill", "keep"), help="what happens to a job past its time")
+    p.add_argument("--wait-cpumanager", type=float, default=30.0, help="seconds to wait for the CPU manager")
+    p.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        overrides = {"launcher": {"policy": args.policy, "queue_type": args.queue_type, "overrun": args.overrun}}
+        cfg = load_config(args.config, args.state_dir, overrides)
+        policy = load_policy(cfg)
+    except (ConfigError, ValueError) as e:
+        print(f"vm-launcher: {e}", file=sys.stderr)
+        return 2
+    cfg.state_dir.mkdir(parents=True, exist_ok=True)
+    cfg.jobs_dir.mkdir(exist_ok=True)
+    setup_logging(args.log_level, cfg.launcher_log)
+    pidfile = cfg.state_dir / "launcher.pid"
+    try:
+        other = int(pidfile.read_text())
+    except (OSError, ValueError):
+        other = 0
+    if other and other != os.getpid() and pid_alive_cmd(other, "launcher"):
+        log.error("a launcher (pid %d) already runs on %s", other, cfg.state_dir)
+        return 1
+    pidfile.write_text(str(os.getpid()))
+    cpu = CpuManagerClient(cfg, timeout_s=5.0)
+    deadline = time.monotonic() + args.wait_cpumanager
+    while True:
+        try:
+            cpu.call("ping")
+            break
+        except DaemonUnavailable as e:
+            if time.monotonic() > deadline:
+                log.error("%s", e)
+                return 1
+            time.sleep(0.1)
+    store = Store(cfg.db_path)
+    cfg.db_path.chmod(0o600)  # it holds every job's environment
+    cfg.jobs_dir.chmod(0o711)
+    svc = Launcher(cfg, store, cpu, policy)
+    svc.recover()
+    try:
+        with request_socket(cfg.launcher_socket) as sock:
+            # Every local user may submit; who they are comes from the kernel (SO_PEERCRED), not the request.
+            os.chmod(cfg.launcher_socket, 0o666)
+            cfg.state_dir.chmod(cfg.state_dir.stat().st_mode | 0o011)  # reach the socket, list nothing
+            log.info("policy %s, %d CPUs, database %s, socket %s", policy.spec(), svc.ncpus, cfg.db_path,
+                     cfg.launcher_socket)  # fmt: skip
+            serve_forever(sock, svc.handlers(), lambda: svc.tick(time.time()), log)
+    finally:
+        # Running jobs go on without us: their shims are in their own sessions, and the next launcher
+        # finds them again (KillMode=process in the unit keeps systemd from killing them too).
+        log.info("stopping; %d jobs keep running", store.count(("running",)))
+        pidfile.unlink(missing_ok=True)
+        svc.close()
+        store.close()
+        cpu.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,437 @@
+"""The launcher's state and actions: request handlers, the scheduling pass, job start and end.
+
+The scheduling pass is: snapshot of the store -> `vmsched.launcher.policy.decide` (pure) -> apply the
+decisions to the CPU manager and to real processes. The daemon module wires this to a socket and a
+clock.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pwd
+import signal
+import subprocess
+import time
+from math import ceil
+from typing import Any
+
+import psutil
+
+from vmsched.config import Config
+from vmsched.cpumanager.client import CpuManagerClient
+from vmsched.launcher import runner
+from vmsched.launcher.policy.config import PolicyConfig, parse_policy_spec
+from vmsched.launcher.policy.core import can_ever_start, decide, hold_idle_cpus, next_event_time
+from vmsched.launcher.policy.decisions import Abort, Decision, Resume, SetMaxMpl, Start, Suspend
+from vmsched.launcher.policy.snapshot import QueuedJob, RunningJob, Snapshot
+from vmsched.launcher.requests import RequestError, validate_submission
+from vmsched.launcher.store import ACTIVE, FINISHED, JobRecord, Store
+from vmsched.proctrack import ExitWatcher
+from vmsched.protocol import DaemonUnavailable, Peer, ProtocolError, get_int
+
+log = logging.getLogger("vm-launcher")
+
+KILL_GRACE_S = 5.0
+
+
+def user_name(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
+
+
+class Launcher:
+    def __init__(self, cfg: Config, store: Store, cpu: CpuManagerClient, policy: PolicyConfig) -> None:
+        self.cfg = cfg
+        self.store = store
+        self.cpu = cpu
+        self.policy = policy
+        self.children: dict[int, subprocess.Popen] = {}  # shims this incarnation started
+        self.exits = ExitWatcher()
+        self.kill_deadline: dict[int, float] = {}  # job id -> when SIGKILL follows SIGTERM
+        self.partitions: dict[int, dict[str, Any]] = {}  # last sampled partition per running job
+        self.ncpus = 0
+        self.paused = store.meta("paused") == "1"
+        self.dirty = True  # something happened: run a scheduling pass
+        self.next_event: float | None = None  # when the policy wants another look (window expiry)
+        self.last_pass = 0.0
+        self.last_sample = 0.0
+
+    # -- startup ---------------------------------------------------------------------------------
+    def recover(self) -> None:
+        """After a restart: find the shims of running jobs again, account those that ended meanwhile,
+        requeue those that never started. No job is lost and none is started twice."""
+        self.ncpus = self.cpu.free()["ncpus"]
+        for job in self.store.jobs(("starting", "running", "aborting")):
+            pid = job.shim_pid
+            alive = pid is not None and _same_process(pid, job.shim_start)
+            if alive and self.exits.watch(job.id, pid):
+                log.info("job %d: found its shim %d again", job.id, pid)
+                if job.state == "starting":  # recorded but never given its go: it exits on EOF
+                    self.store.update(job.id, "recovered", state="running")
+                continue
+            self._ended(job)
+
+    # -- request handlers ------------------------------------------------------------------------
+    def handlers(self) -> dict[str, Any]:
+        return {
+            "submit": self.submit, "queue": self.queue, "cancel": self.cancel, "acct": self.acct,
+            "job": self.job_info, "ping": lambda m: {"pid": os.getpid()}, "pause": self.pause,
+            "info": self.info, "set_policy": self.set_policy,
+        }  # fmt: skip
+
+    def _peer(self, msg: dict[str, Any]) -> Peer:
+        peer = msg.get("_peer")
+        if not isinstance(peer, Peer):
+            raise ProtocolError("cannot tell who sent this request")
+        return peer
+
+    def submit(self, msg: dict[str, Any]) -> dict[str, Any]:
+        peer = self._peer(msg)
+        now = time.time()
+        try:
+            sub = validate_submission(msg, self.cfg.launcher, self.ncpus, self.policy.max_mpl_limit, now)
+        except RequestError as e:
+            raise ProtocolError(str(e)) from None
+        probe = QueuedJob(0, now, "", sub.procs, sub.max_mpl, sub.job_class, sub.estimate, sub.deadline)
+        if not can_ever_start(probe, self.ncpus, self.policy):
+            raise ProtocolError(f"policy {self.policy.spec()} would never start this job on {self.ncpus} CPUs "
+                                f"(ranks {list(sub.procs)}, max MPL {sub.max_mpl or 'any'})")  # fmt: skip
+        job_id = self.store.add_job(
+            uid=peer.uid, gid=peer.gid, user=user_name(peer.uid), name=sub.name, command=sub.command,
+            cwd=sub.cwd, env=sub.env, stdout=sub.stdout, stderr=sub.stderr, procs=list(sub.procs),
+            max_mpl=sub.max_mpl, job_class=sub.job_class, estimate=sub.estimate, time_limit=sub.time_limit,
+            deadline=sub.deadline, submit_time=now,
+        )  # fmt: skip
+        self.dirty = True
+        log.info("job %d submitted by %s: %s ranks %s, %s, estimate %.0fs", job_id, user_name(peer.uid),
+                 sub.name, list(sub.procs), sub.job_class, sub.estimate)  # fmt: skip
+        return {"job": job_id, "job_class": sub.job_class, "estimate": sub.estimate}
+
+    def _visible(self, job: JobRecord, peer: Peer) -> bool:
+        return peer.uid == 0 or peer.uid == job.uid
+
+    def _owned(self, msg: dict[str, Any]) -> JobRecord:
+        peer = self._peer(msg)
+        job_id = get_int(msg, "job", minimum=1)
+        job = self.store.job(job_id)
+        if job is None:
+            raise ProtocolError(f"unknown job {job_id}")
+        if not self._visible(job, peer):
+            raise ProtocolError(f"job {job_id} belongs to {job.user}; only they or root may do that")
+        return job
+
+    def queue(self, msg: dict[str, Any]) -> dict[str, Any]:
+        peer = self._peer(msg)
+        jobs = []
+        for job in self.store.jobs(ACTIVE):
+            d = job.public(full=self._visible(job, peer))
+            d["partition"] = self.partitions.get(job.id)
+            jobs.append(d)
+        return {"policy": self.policy.spec(), "paused": self.paused, "ncpus": self.ncpus, "jobs": jobs}
+
+    def job_info(self, msg: dict[str, Any]) -> dict[str, Any]:
+        job = self._owned(msg)
+        return {"job": job.public(full=True), "events": self.store.events(job.id),
+                "partition": self.partitions.get(job.id)}  # fmt: skip
+
+    def acct(self, msg: dict[str, Any]) -> dict[str, Any]:
+        peer = self._peer(msg)
+        limit = get_int(msg, "limit", minimum=1, default=1000)
+        uid = None if peer.uid == 0 else peer.uid
+        ids = msg.get("jobs")
+        if ids is not None:
+            if not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
+                raise ProtocolError("argument 'jobs' must be a list of job ids")
+            found = [self.store.job(i) for i in ids]
+            jobs = [j for j in found if j is not None and j.state in FINISHED and (uid is None or j.uid == uid)]
+        else:
+            jobs = self.store.finished(uid=uid, limit=limit)
+        return {"jobs": [dict(j.public(full=True), history=self._history(j.id)) for j in jobs]}
+
+    def _history(self, job_id: int) -> list[dict[str, Any]]:
+        return [e for e in self.store.events(job_id) if e["kind"] in ("start", "partition", "set_mpl", "end")]
+
+    def cancel(self, msg: dict[str, Any]) -> dict[str, Any]:
+        job = self._owned(msg)
+        if job.state in FINISHED:
+            raise ProtocolError(f"job {job.id} already ended ({job.state})")
+        if job.state == "queued":
+            self.store.update(job.id, "cancel", state="cancelled", end_time=time.time(), reason="cancelled by user")
+        else:
+            self.store.update(job.id, "cancel", reason="cancelled by user", state="running" if job.state == "starting"
+                              else job.state)  # fmt: skip
+            self._kill(job)
+        self.dirty = True
+        log.info("job %d cancelled", job.id)
+        return {"job": job.id, "was": job.state}
+
+    def pause(self, msg: dict[str, Any]) -> dict[str, Any]:
+        """Hold the queue (root): jobs are accepted, none is started; running jobs go on."""
+        if self._peer(msg).uid != 0:
+            raise ProtocolError("only root may pause or resume the queue")
+        paused = msg.get("paused")
+        if not isinstance(paused, bool):
+            raise ProtocolError("argument 'paused' must be true or false")
+        self.paused = paused
+        self.store.set_meta("paused", "1" if paused else "0")
+        self.dirty = True
+        return {"paused": paused}
+
+    def set_policy(self, msg: dict[str, Any]) -> dict[str, Any]:
+        """Switch the policy (root, idle node only): how `vmreplay` runs one workload under several."""
+        if self._peer(msg).uid != 0:
+            raise ProtocolError("only root may change the policy")
+        spec = msg.get("policy")
+        if not isinstance(spec, str):
+            raise ProtocolError("argument 'policy' must be a policy spec string")
+        try:
+            policy = parse_policy_spec(spec)
+        except ValueError as e:
+            raise ProtocolError(str(e)) from None
+        busy = self.store.count(ACTIVE)
+        if busy:
+            raise ProtocolError(f"{busy} job(s) queued or running; the policy can only change on an idle node")
+        log.info("policy %s -> %s", self.policy.spec(), policy.spec())
+        self.policy = policy
+        self.dirty = True
+        return {"policy": policy.spec()}
+
+    def info(self, msg: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "policy": self.policy.spec(), "paused": self.paused, "ncpus": self.ncpus,
+            "queued": self.store.count(("queued",)), "running": self.store.count(("starting", "running", "aborting")),
+        }  # fmt: skip
+
+    # -- events ----------------------------------------------------------------------------------
+    def tick(self, now: float) -> float:
+        """Everything time-driven; returns the seconds until it wants to run again. Cheap when nothing
+        is due: the queue itself is only read in a scheduling pass, at most one per sched_interval."""
+        self.reap()
+        self.check_overruns(now)
+        sample = self.cfg.launcher.sample_ms / 1000
+        if now - self.last_sample >= sample:
+            self.sample_partitions(now)
+        if self.next_event is not None and now >= self.next_event:
+            self.dirty = True
+        interval = self.cfg.launcher.sched_interval_ms / 1000
+        if self.dirty and now - self.last_pass >= interval:
+            self.schedule(now)
+        wake = sample
+        if self.dirty:
+            wake = min(wake, interval)
+        if self.next_event is not None:
+            wake = min(wake, max(0.0, self.next_event - now))
+        for deadline in self.kill_deadline.values():
+            wake = min(wake, max(0.0, deadline - now))
+        return wake
+
+    def reap(self) -> None:
+        for key in self.exits.exited():
+            job = self.store.job(key)
+            self.exits.unwatch(key)
+            child = self.children.pop(key, None)
+            if child is not None:
+                child.wait()
+            if job is not None:
+                self._ended(job)
+
+    def _ended(self, job: JobRecord) -> None:
+        """The job's shim is gone: account it, or requeue it if it never started / was aborted."""
+        self.kill_deadline.pop(job.id, None)
+        self.partitions.pop(job.id, None)
+        try:
+            self.cpu.release(job.id)
+        except ProtocolError:
+            pass  # the CPU manager already noticed the leader's exit
+        except DaemonUnavailable:
+            log.warning("job %d ended but the CPU manager did not answer", job.id)
+        status = runner.read_status(self.cfg, job.id)
+        now = time.time()
+        # The shim said so, or the launcher died before the shim was even spawned.
+        never_started = (status is None and job.state == "starting") or (status is not None and not status["started"])
+        if job.state == "aborting" or never_started:
+            why = "window expired: requeued" if job.state == "aborting" else "never started: requeued"
+            self.store.update(job.id, "requeue", {"why": why}, state="queued", start_time=None, nranks=None,
+                              shim_pid=None, backfilled=0, window_end=None, suspended=0,
+                              requeues=job.requeues + (job.state == "aborting"), reason=why)  # fmt: skip
+            log.info("job %d: %s", job.id, why)
+        else:
+            code = status.get("exit_code") if status else None
+            end = (status or {}).get("end_time") or now
+            if job.reason.startswith("cancelled"):
+                state = "cancelled"
+            elif job.reason.startswith("time limit"):
+                state = "timeout"
+            elif status is None:
+                state, job_reason = "lost", "the job's shim vanished without a status"
+                self.store.update(job.id, reason=job_reason)
+            else:
+                state = "completed" if code == 0 else "failed"
+            cpu_s = _cpu_seconds(self.store.events(job.id), job.start_time, end)
+            self.store.update(job.id, "end", {"exit_code": code, "state": state}, state=state, end_time=end,
+                              exit_code=code, shim_pid=None, cpu_seconds=cpu_s)  # fmt: skip
+            log.info("job %d %s (exit %s)", job.id, state, code)
+        self.dirty = True
+
+    def check_overruns(self, now: float) -> None:
+        for job_id, deadline in list(self.kill_deadline.items()):
+            if now >= deadline:
+                job = self.store.job(job_id)
+                if job and job.shim_pid:
+                    runner.kill(job.shim_pid, signal.SIGKILL)
+                del self.kill_deadline[job_id]
+        if self.cfg.launcher.overrun != "kill":
+            return
+        for job in self.store.jobs(("running",)):
+            if job.time_limit and job.start_time and job.id not in self.kill_deadline and not job.suspended:
+                if now > job.start_time + job.time_limit + self.cfg.launcher.overrun_grace_s:
+                    self.store.update(job.id, "timeout", reason=f"time limit {job.time_limit:.0f}s exceeded")
+                    self._kill(job)
+
+    def _kill(self, job: JobRecord) -> None:
+        if job.shim_pid:
+            runner.kill(job.shim_pid)
+            self.kill_deadline[job.id] = time.time() + KILL_GRACE_S
+
+    def sample_partitions(self, now: float) -> None:
+        """Record each running job's partition changes (CPUs, MPL, queue type) into its history."""
+        self.last_sample = now
+        try:
+            st = self.cpu.status()
+        except (DaemonUnavailable, ProtocolError) as e:
+            log.warning("CPU manager status: %s", e)
+            return
+        for j in st["jobs"]:
+            cur = {"cpus": j["cpus"], "mpl": j["mpl"], "queue": j["queue"], "lbd": j["lbd"], "ip": j["ip"],
+                   "cvcs": j["cvcs"], "max_mpl": j["max_mpl"]}  # fmt: skip
+            old = self.partitions.get(j["job"])
+            key = ("cpus", "mpl", "queue", "lbd")
+            if old is None or any(old[k] != cur[k] for k in key):
+                if self.store.job(j["job"]) is not None:
+                    self.store.log(j["job"], "partition", cur, now)
+            self.partitions[j["job"]] = cur
+
+    # -- scheduling ------------------------------------------------------------------------------
+    def snapshot(self, now: float) -> Snapshot:
+        queue = tuple(
+            QueuedJob(j.id, j.submit_time, j.user, j.procs, j.max_mpl, j.job_class, j.estimate, j.deadline)
+            for j in self.store.jobs(("queued",))
+        )
+        running = []
+        for j in self.store.jobs(("starting", "running", "aborting")):
+            part = self.partitions.get(j.id)
+            n, m = j.nranks or j.procs[0], j.cur_max_mpl or 1
+            cpus = len(part["cpus"]) if part else ceil(n / m)
+            # An aborting job holds its CPUs until it is gone, but its window is dealt with.
+            backfilled = j.backfilled and j.state != "aborting"
+            running.append(RunningJob(
+                j.id, n, m, cpus, j.start_time or now, j.run_estimate or j.estimate, j.job_class,
+                backfilled, j.window_end, j.suspended, j.submit_time, j.max_mpl,
+            ))  # fmt: skip
+        return Snapshot(now, self.ncpus, queue, tuple(running))
+
+    def schedule(self, now: float) -> None:
+        self.dirty = False
+        self.last_pass = now
+        if self.paused:
+            self.next_event = None
+            self._tell_queue_state(False)
+            return
+        for d in decide(self.snapshot(now), self.policy):
+            try:
+                self.apply(d, now)
+            except (ProtocolError, DaemonUnavailable, OSError) as e:
+                log.warning("could not apply %s: %s", d, e)
+                self.dirty = True
+        after = self.snapshot(now)
+        self.next_event = next_event_time(after, self.policy)
+        self._tell_queue_state(hold_idle_cpus(after, self.policy))
+
+    def _tell_queue_state(self, waiting: bool) -> None:
+        try:
+            self.cpu.set_queue_waiting(waiting)
+        except (ProtocolError, DaemonUnavailable) as e:
+            log.warning("CPU manager queue state: %s", e)
+
+    def apply(self, d: Decision, now: float) -> None:
+        log.info("decision: %s", d)
+        if isinstance(d, Start):
+            self.start(d, now)
+        elif isinstance(d, SetMaxMpl):
+            self.cpu.set_max_mpl(d.job_id, d.max_mpl)
+            self.store.update(d.job_id, "set_mpl", {"max_mpl": d.max_mpl, "why": d.reason}, cur_max_mpl=d.max_mpl)
+        elif isinstance(d, Abort):
+            job = self.store.job(d.job_id)
+            if job and job.state == "running":
+                self.store.update(job.id, "abort", {"why": d.reason}, state="aborting" if d.requeue else "running",
+                                  reason=d.reason if d.requeue else "cancelled: " + d.reason)  # fmt: skip
+                self._kill(job)
+        elif isinstance(d, Suspend):
+            self.cpu.suspend(d.job_id)
+            self.store.update(d.job_id, "suspend", {"why": d.reason}, suspended=1)
+        elif isinstance(d, Resume):
+            self.cpu.resume(d.job_id)
+            self.store.update(d.job_id, "resume", {"why": d.reason}, suspended=0, window_end=d.window_end)
+
+    def start(self, d: Start, now: float) -> None:
+        job = self.store.job(d.job_id)
+        if job is None or job.state != "queued":
+            return
+        self.cpu.admit(job.id, d.nranks, d.max_mpl, queue=self.cfg.launcher.queue_type)
+        self.store.update(job.id, state="starting", nranks=d.nranks, cur_max_mpl=d.max_mpl)
+        try:
+            proc = runner.spawn(self.cfg, job, d.nranks)
+        except OSError as e:
+            self.cpu.release(job.id)
+            self.store.update(job.id, "start_failed", {"error": str(e)}, state="failed", end_time=time.time(),
+                              reason=f"could not start: {e}")  # fmt: skip
+            return
+        self.children[job.id] = proc
+        self.exits.watch(job.id, proc.pid)
+        self.cpu.set_leader(job.id, proc.pid)
+        started = time.time()
+        self.store.update(
+            job.id, "start", {"nranks": d.nranks, "max_mpl": d.max_mpl, "backfilled": d.backfilled, "why": d.reason},
+            state="running", start_time=started, shim_pid=proc.pid, shim_start=_create_time(proc.pid),
+            backfilled=int(d.backfilled), window_end=d.window_end, run_estimate=d.estimate or job.estimate,
+        )  # fmt: skip
+        runner.go(proc)  # only now, with the start recorded, may the job really run
+        log.info("job %d started: %d ranks, max MPL %d%s", job.id, d.nranks, d.max_mpl,
+                 " (backfilled)" if d.backfilled else "")  # fmt: skip
+
+    def close(self) -> None:
+        self.exits.close()
+
+
+def _create_time(pid: int) -> float | None:
+    try:
+        return psutil.Process(pid).create_time()
+    except psutil.Error:
+        return None
+
+
+def _same_process(pid: int, start: float | None) -> bool:
+    try:
+        p = psutil.Process(pid)
+        return p.status() != psutil.STATUS_ZOMBIE and (start is None or abs(p.create_time() - start) < 0.01)
+    except psutil.Error:
+        return False
+
+
+def _cpu_seconds(events: list[dict[str, Any]], start: float | None, end: float) -> float | None:
+    """CPU-seconds the job held: its partition size integrated over time (from its history)."""
+    if start is None:
+        return None
+    total, t, cpus = 0.0, start, 0
+    for e in events:
+        if e["kind"] == "partition" and e["time"] >= start:
+            total += cpus * (min(e["time"], end) - t)
+            t, cpus = max(e["time"], start), len(e["cpus"])
+    return total + cpus * max(0.0, end - t)
+
+
+def load_policy(cfg: Config, spec: str | None = None) -> PolicyConfig:
+    return parse_policy_spec(spec or cfg.launcher.policy)

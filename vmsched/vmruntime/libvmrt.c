@@ -1,0 +1,923 @@
+/* vmruntime core: registration, pinning and the token protocol of self-coscheduling (thesis §4.3-4.4).
+ *
+ * Tokens. A job with partition cpus[0..P) has P tokens; token i belongs to cpus[i]. A rank may run
+ * MPI code only while it holds a token (job->holder[i] == rank, rank->has_token == i + 1). Local
+ * queues: token i can only go to ranks r with r % P == i (round robin among them). Global queue: any
+ * rank of the job, chosen by the job's heuristic (sender, unconsumed, affinity, rr). All token state
+ * of a job (holder[], has_token, wake, state of its ranks, rt_*) changes under the job's spin lock
+ * rt_lock, which holds the owner's pid so that a lock left by a dead rank can be broken.
+ *
+ * Blocking. A rank whose operation cannot complete hands its token to the next rank, sets its own
+ * wake word to 0 and state to WAITING (still under the lock), and sleeps in FUTEX_WAIT(wake, 0). The
+ * giver of a token sets the receiver's wake to 1 before FUTEX_WAKE, so a wake-up cannot be lost. The
+ * wait has a timeout: a sleeping rank wakes every VM_WAKE_MS to check the manager, its job and the
+ * holders of the tokens (a dead holder's token is reclaimed).
+ *
+ * Generations. The CPU manager bumps job->generation when the partition or the queue type changes
+ * and FUTEX_WAKEs the waiting ranks. The first rank that sees generation != rt_generation rebuilds
+ * the tokens for the new partition (current holders keep theirs where the new mapping allows it).
+ * A rank that lost its token notices at its next MPI call and blocks there.
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <link.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <pthread.h>
+#include <sched.h>
+#include <semaphore.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "vmrt.h"
+
+#define VM_WAKE_MS 100          /* a sleeping rank re-checks its world this often */
+#define VM_CHECK_NS 200000000LL /* a running rank checks the manager's pid this often (in yields) */
+#define VM_RR_EVERY 8           /* every n-th hand-off of a rank is round robin (no starvation) */
+#define VM_POLLS_BEFORE_YIELD 8 /* consecutive empty Test/Iprobe calls before giving way */
+#define VM_LOCK_TIMEOUT_S 1     /* table lock: same stale-lock rule as vmsched.cpumanager.table */
+
+static vm_rank dummy_rank;     /* counters of an unregistered process */
+struct vm_state vm = {.me = &dummy_rank, .rank = -1};
+
+static int *slot_of;           /* rank -> slot index cache, -1 unknown */
+static uint64_t slots_gen = ~0ULL;
+static int cpu_index[VM_MAX_CPUS * 4]; /* OS cpu number -> index in the CPU table */
+static sem_t *table_sem;
+static cpu_set_t initial_mask;
+static __thread int mpi_thread; /* this thread called MPI_Init (no syscall needed to know) */
+static int in_cs;              /* this process holds rt_lock (signal handlers must not take it) */
+static int debug;
+static int64_t last_check_ns;
+static void *libmpi_base;
+static uintptr_t mpi_text_lo, mpi_text_hi; /* libmpi's executable segment */
+static int keyval = MPI_KEYVAL_INVALID;
+static const char *stats_path;
+static int top_mode;           /* highest mode this rank reached (for stats) */
+static unsigned generations;   /* partition/queue generations this rank applied (for stats) */
+static const char *off_why = ""; /* why the runtime stopped scheduling this rank (for stats) */
+static unsigned reclaimed;     /* tokens of dead holders this rank freed (for stats) */
+
+#if defined(__x86_64__) || defined(__i386__)
+#define cpu_relax() __builtin_ia32_pause()
+#elif defined(__aarch64__)
+#define cpu_relax() __asm__ __volatile__("yield")
+#else
+#define cpu_relax() do { } while (0)
+#endif
+
+#define DBG(...) do { if (debug) { fprintf(stderr, "vmrt[%d] ", vm.rank); fprintf(stderr, __VA_ARGS__); \
+                                   fputc('\n', stderr); } } while (0)
+
+/* ---------------------------------------------------------------------------------------------- */
+/* small system helpers                                                                           */
+
+static int64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+static void real_yield(void) { syscall(SYS_sched_yield); }
+
+static int futex_wait(uint32_t *addr, uint32_t expected, int timeout_ms) {
+    struct timespec ts = {timeout_ms / 1000, (long)(timeout_ms % 1000) * 1000000L};
+    /* Shared (not FUTEX_PRIVATE): the CPU manager wakes us from another process. */
+    return (int)syscall(SYS_futex, addr, FUTEX_WAIT, expected, &ts, NULL, 0);
+}
+
+static void futex_wake(uint32_t *addr) { syscall(SYS_futex, addr, FUTEX_WAKE, 1 << 30, NULL, NULL, 0); }
+
+/* Folded ranks run as SCHED_BATCH: a rank woken by a token hand-off then does not preempt the rank
+ * that handed it over (and is about to sleep), so a hand-off is one context switch, not two. */
+static int batch;
+
+static void set_batch(int on) {
+    if (on == batch) return;
+    struct sched_param sp = {0};
+    if (sched_setscheduler(0, on ? SCHED_BATCH : SCHED_OTHER, &sp) == 0) batch = on;
+}
+
+static int pid_dead(pid_t pid) { return pid > 0 && kill(pid, 0) == -1 && errno == ESRCH; }
+
+static void pin_to(const int16_t *cpus, int n) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    for (int i = 0; i < n; i++)
+        if (cpus[i] >= 0 && cpus[i] < CPU_SETSIZE) CPU_SET(cpus[i], &set);
+    if (CPU_COUNT(&set) > 0 && sched_setaffinity(0, sizeof set, &set) != 0) DBG("setaffinity: %s", strerror(errno));
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+/* locks                                                                                          */
+
+static void table_lock(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += VM_LOCK_TIMEOUT_S;
+    while (sem_timedwait(table_sem, &ts) != 0 && errno == EINTR) {
+    }
+    /* On timeout the lock is taken to be stale (its holder died inside the critical section). */
+}
+
+static void table_unlock(void) {
+    int v = 0;
+    sem_post(table_sem);
+    while (sem_getvalue(table_sem, &v) == 0 && v > 1 && sem_trywait(table_sem) == 0) {
+    }
+}
+
+static void job_lock(void) {
+    uint32_t mine = (uint32_t)vm.pid;
+    for (unsigned spins = 0;; spins++) {
+        uint32_t cur = 0;
+        if (__atomic_compare_exchange_n(&vm.job->rt_lock, &cur, mine, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
+            break;
+        if (spins < 64) {
+            cpu_relax();
+            continue;
+        }
+        /* The holder may be preempted on our CPU: give it the CPU, and break a dead holder's lock. */
+        real_yield();
+        if ((spins & 255) == 0 && pid_dead((pid_t)cur) &&
+            __atomic_compare_exchange_n(&vm.job->rt_lock, &cur, mine, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
+            break;
+    }
+    in_cs = 1;
+}
+
+/* Wake-ups decided under the lock are sent after it is released: a woken rank must not find the
+ * lock still held by a waker it has just preempted. */
+static uint32_t *pending_wake[VM_MAX_CPUS + 1];
+static int npending;
+
+static void job_unlock(void) {
+    in_cs = 0;
+    __atomic_store_n(&vm.job->rt_lock, 0, __ATOMIC_RELEASE);
+    for (int i = 0; i < npending; i++) futex_wake(pending_wake[i]);
+    npending = 0;
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+/* the job's ranks                                                                                */
+
+static int slot_valid(int s, int r) {
+    if (s < 0 || s >= VM_MAX_RANKS) return 0;
+    vm_rank *e = &vm.seg->ranks[s];
+    return e->job_id == vm.job_id && e->rank == r && (e->state == VM_RANK_RUNNING || e->state == VM_RANK_WAITING);
+}
+
+static void rescan_slots(void) {
+    uint64_t g = __atomic_load_n(&vm.seg->header.generation, __ATOMIC_ACQUIRE);
+    for (int r = 0; r < vm.nranks; r++) slot_of[r] = -1;
+    for (int s = 0; s < VM_MAX_RANKS; s++) {
+        vm_rank *e = &vm.seg->ranks[s];
+        if (e->state != VM_RANK_FREE && e->job_id == vm.job_id && e->rank >= 0 && e->rank < vm.nranks &&
+            (e->state == VM_RANK_RUNNING || e->state == VM_RANK_WAITING))
+            slot_of[e->rank] = s;
+    }
+    slots_gen = g;
+}
+
+/* Slot of rank r of our job, NULL when it is not (or no longer) registered. */
+static vm_rank *rank_entry(int r) {
+    if (r < 0 || r >= vm.nranks || !slot_of) return NULL;
+    if (slot_valid(slot_of[r], r)) return &vm.seg->ranks[slot_of[r]];
+    if (__atomic_load_n(&vm.seg->header.generation, __ATOMIC_ACQUIRE) != slots_gen) {
+        rescan_slots();
+        if (slot_valid(slot_of[r], r)) return &vm.seg->ranks[slot_of[r]];
+    }
+    return NULL;
+}
+
+/* Rank r sleeps for want of a token (it re-tests its operation when it gets one). */
+static int is_waiting(int r) {
+    vm_rank *e = rank_entry(r);
+    return e && __atomic_load_n(&e->state, __ATOMIC_ACQUIRE) == VM_RANK_WAITING && e->has_token == 0;
+}
+
+static int cpu_table_index(int cpu) {
+    return (cpu >= 0 && cpu < (int)(sizeof cpu_index / sizeof cpu_index[0])) ? cpu_index[cpu] : -1;
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+/* tokens (caller holds rt_lock)                                                                  */
+
+static int ntokens(void) {
+    int p = vm.job->ncpus;
+    return p < 0 ? 0 : (p > VM_MAX_CPUS ? VM_MAX_CPUS : p);
+}
+
+static void grant(int t, int r) {
+    vm_rank *e = rank_entry(r);
+    if (!e) { /* it vanished: the token stays free for the next waiter */
+        vm.job->holder[t] = -1;
+        return;
+    }
+    vm.job->holder[t] = r;
+    e->has_token = (uint32_t)t + 1;
+    int ci = cpu_table_index(vm.job->cpus[t]);
+    if (ci >= 0) vm.seg->cpus[ci].running_rank = r;
+    __atomic_store_n(&e->wake, 1, __ATOMIC_RELEASE);
+    if (r != vm.rank && npending < (int)(sizeof pending_wake / sizeof pending_wake[0]))
+        pending_wake[npending++] = &e->wake;
+}
+
+static void count_free(void) {
+    int n = 0, p = ntokens();
+    for (int t = 0; t < p; t++) n += vm.job->holder[t] < 0;
+    vm.job->rt_tokens_free = n;
+}
+
+/* Round robin among the waiting ranks of local queue t (ranks t, t+P, t+2P, ...), starting after
+ * rank `after` (from the queue's head when after < 0), never `exclude`. */
+static int next_local(int t, int after, int exclude) {
+    int p = ntokens();
+    if (p <= 0 || t >= vm.nranks) return -1;
+    int m = (vm.nranks - 1 - t) / p + 1, idx = (after >= 0 && after % p == t) ? (after - t) / p : -1;
+    for (int i = 1; i <= m; i++) {
+        int c = t + ((idx + i) % m) * p;
+        if (c != exclude && is_waiting(c)) return c;
+    }
+    return -1;
+}
+
+static int next_rr(int exclude) {
+    int start = vm.job->rt_next;
+    if (start < 0 || start >= vm.nranks) start = 0;
+    for (int k = 0; k < vm.nranks; k++) {
+        int c = (start + k) % vm.nranks;
+        if (c != exclude && is_waiting(c)) {
+            vm.job->rt_next = (c + 1) % vm.nranks;
+            return c;
+        }
+    }
+    return -1;
+}
+
+static int next_unconsumed(int exclude) {
+    int best = -1;
+    int64_t most = 0;
+    for (int c = 0; c < vm.nranks; c++) {
+        if (c == exclude || !is_waiting(c)) continue;
+        int64_t u = __atomic_load_n(&rank_entry(c)->unconsumed, __ATOMIC_RELAXED);
+        if (u > most) most = u, best = c;
+    }
+    return best;
+}
+
+/* Which rank gets our token t (thesis §4.3.1); -1: nobody is waiting for one. */
+static int choose_next(int t, int waiting_for) {
+    int me = vm.rank, c = -1;
+    if (vm.job->queue == VM_QUEUE_LOCAL) return next_local(t, me, me);
+    /* Every few hand-offs go round robin, so that two ranks that keep choosing each other cannot
+     * starve a third one. */
+    if (vm.me->ctx_switches % VM_RR_EVERY == VM_RR_EVERY - 1) return next_rr(me);
+    switch (vm.job->heuristic) {
+    case VM_HEUR_SENDER:
+        if (waiting_for >= 0 && waiting_for != me && is_waiting(waiting_for)) return waiting_for;
+        c = next_unconsumed(me);
+        break;
+    case VM_HEUR_UNCONSUMED:
+        c = next_unconsumed(me);
+        break;
+    case VM_HEUR_AFFINITY: {
+        int ci = cpu_table_index(sched_getcpu());
+        if (ci >= 0) {
+            int last = vm.seg->cpus[ci].last_rank;
+            vm.seg->cpus[ci].last_rank = me;
+            if (last >= 0 && last != me && is_waiting(last)) return last;
+        }
+        c = next_unconsumed(me);
+        break;
+    }
+    default:
+        break;
+    }
+    return c >= 0 ? c : next_rr(me);
+}
+
+/* Give every free token to a waiting rank that may take it (this rank included). */
+static void distribute_free(void) {
+    int p = ntokens();
+    for (int t = 0; t < p; t++) {
+        if (vm.job->holder[t] >= 0) continue;
+        int c = vm.job->queue == VM_QUEUE_LOCAL ? next_local(t, -1, -1) : next_rr(-1);
+        if (c >= 0) grant(t, c);
+    }
+    count_free();
+}
+
+/* Take a free token for ourselves (a rank about to wait takes one if there is one). */
+static int take_free(void) {
+    int p = ntokens();
+    if (vm.me->has_token) return 1;
+    if (vm.job->queue == VM_QUEUE_LOCAL) {
+        int t = p > 0 ? vm.rank % p : -1;
+        if (t >= 0 && vm.job->holder[t] < 0) {
+            grant(t, vm.rank);
+            count_free();
+            return 1;
+        }
+        return 0;
+    }
+    for (int t = 0; t < p; t++)
+        if (vm.job->holder[t] < 0) {
+            grant(t, vm.rank);
+            count_free();
+            return 1;
+        }
+    return 0;
+}
+
+static int holder_alive(int t) {
+    int h = vm.job->holder[t];
+    vm_rank *e = rank_entry(h);
+    return e && e->has_token == (uint32_t)t + 1 && !pid_dead(e->pid);
+}
+
+/* Free the tokens of dead holders; they go to waiting ranks. */
+static void reclaim_dead(void) {
+    int p = ntokens(), freed = 0;
+    for (int t = 0; t < p; t++)
+        if (vm.job->holder[t] >= 0 && !holder_alive(t)) {
+            DBG("token %d of dead rank %d reclaimed", t, vm.job->holder[t]);
+            vm.job->holder[t] = -1;
+            freed = 1;
+            reclaimed++;
+        }
+    if (freed) distribute_free();
+}
+
+/* New partition or queue type: P tokens, kept by current holders where the mapping allows. */
+static void rebuild(void) {
+    uint32_t gen = __atomic_load_n(&vm.job->generation, __ATOMIC_ACQUIRE);
+    int p = ntokens(), local = vm.job->queue == VM_QUEUE_LOCAL;
+    for (int t = 0; t < VM_MAX_CPUS; t++) vm.job->holder[t] = -1;
+    rescan_slots();
+    for (int r = 0; r < vm.nranks; r++) {
+        vm_rank *e = rank_entry(r);
+        if (!e || e->has_token == 0) continue;
+        int keep = -1;
+        if (p > 0 && !pid_dead(e->pid)) {
+            if (local) {
+                keep = vm.job->holder[r % p] < 0 ? r % p : -1;
+            } else {
+                int old = (int)e->has_token - 1;
+                if (old < p && vm.job->holder[old] < 0) keep = old;
+                for (int t = 0; keep < 0 && t < p; t++)
+                    if (vm.job->holder[t] < 0) keep = t;
+            }
+        }
+        if (keep >= 0) {
+            vm.job->holder[keep] = r;
+            e->has_token = (uint32_t)keep + 1;
+        } else {
+            e->has_token = 0; /* revoked: it blocks at its next MPI call */
+        }
+    }
+    distribute_free();
+    vm.job->rt_generation = gen;
+    DBG("tokens rebuilt: generation %u, %d tokens, %s queue, %d free", gen, p, local ? "local" : "global",
+        vm.job->rt_tokens_free);
+}
+
+static void sync_tokens(void) {
+    if (vm.job->rt_generation != __atomic_load_n(&vm.job->generation, __ATOMIC_ACQUIRE)) rebuild();
+}
+
+/* Give our token to the next waiting rank, or free it. */
+static void release_token(void) {
+    int t = (int)vm.me->has_token - 1;
+    if (t < 0) return;
+    vm.me->has_token = 0;
+    if (vm.job->holder[t] == vm.rank) {
+        vm.job->holder[t] = -1;
+        int c = t < ntokens() ? choose_next(t, -1) : -1;
+        if (c >= 0) grant(t, c);
+    }
+    count_free();
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+/* leaving control                                                                                */
+
+/* Stop scheduling for good: the job runs as plain MPI from here on (unpinned). */
+static void go_off(const char *why) {
+    if (vm.mode == VM_OFF) return;
+    DBG("runtime off: %s", why);
+    off_why = why;
+    vm.mode = VM_OFF;
+    vm.job = NULL;
+    sched_setaffinity(0, sizeof initial_mask, &initial_mask);
+    set_batch(0);
+}
+
+/* Our job entry and our slot still belong to us (the job may have been released under us). */
+static int job_valid(void) {
+    return vm.job && vm.job->state != VM_JOB_FREE && vm.job->job_id == vm.job_id &&
+           vm.me->job_id == vm.job_id && vm.me->pid == vm.pid && vm.me->rank == vm.rank &&
+           (vm.me->state == VM_RANK_RUNNING || vm.me->state == VM_RANK_WAITING);
+}
+
+static void detach_slot(void) {
+    dummy_rank = *vm.me;
+    vm.me = &dummy_rank;
+    vm.registered = 0;
+}
+
+static int world_ok(void) {
+    if (__atomic_load_n(&vm.seg->header.shutdown, __ATOMIC_ACQUIRE)) {
+        go_off("CPU manager shut down");
+        return 0;
+    }
+    if (!job_valid()) {
+        go_off("job no longer in the table");
+        detach_slot();
+        return 0;
+    }
+    return 1;
+}
+
+static void check_manager(void) {
+    last_check_ns = now_ns();
+    if (pid_dead(vm.seg->header.manager_pid)) go_off("CPU manager died");
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+/* generation changes, waiting, yielding                                                          */
+
+void vm_generation_changed(void) {
+    if (!vm.job) return;
+    uint32_t gen = __atomic_load_n(&vm.job->generation, __ATOMIC_ACQUIRE);
+    if (!world_ok()) return;
+    int p = vm.job->ncpus, n = vm.nranks;
+    if (p <= 0) {
+        vm.mode = VM_FAST; /* no partition (yet): nothing to schedule */
+        vm.seen_gen = gen;
+        return;
+    }
+    if (vm.job->queue == VM_QUEUE_LOCAL || p >= n) /* local queue, or MPL 1: a CPU of its own */
+        pin_to(&vm.job->cpus[vm.rank % p], 1);
+    else
+        pin_to(vm.job->cpus, p);
+    vm.spin_us = vm.job->spin_us;
+    vm.mode = p < n ? VM_CTL : VM_FAST;
+    set_batch(vm.mode == VM_CTL);
+    if (vm.mode > top_mode) top_mode = vm.mode;
+    job_lock();
+    sync_tokens();
+    job_unlock();
+    vm.seen_gen = gen;
+    generations++;
+    DBG("generation %u: %d CPUs for %d ranks, mode %s", gen, p, n, vm.mode == VM_CTL ? "ctl" : "fast");
+}
+
+/* Sleep until our wake word says we hold a token (or control ends). */
+static void block(void) {
+    for (;;) {
+        if (__atomic_load_n(&vm.me->wake, __ATOMIC_ACQUIRE)) break;
+        int rc = futex_wait(&vm.me->wake, 0, VM_WAKE_MS);
+        int err = rc == -1 ? errno : 0;
+        if (!world_ok()) return;
+        if (err == ETIMEDOUT) {
+            check_manager();
+            if (vm.mode == VM_OFF) return;
+        }
+        if (__atomic_load_n(&vm.me->wake, __ATOMIC_ACQUIRE)) break;
+        /* Woken by the manager (new generation) or a timeout: look around under the lock. */
+        job_lock();
+        sync_tokens();
+        if (err == ETIMEDOUT) reclaim_dead();
+        if (!vm.me->has_token) take_free();
+        job_unlock();
+    }
+    if (!world_ok()) return;
+    vm.me->state = VM_RANK_RUNNING;
+    vm.me->cpu = sched_getcpu();
+    if (__atomic_load_n(&vm.job->generation, __ATOMIC_ACQUIRE) != vm.seen_gen) vm_generation_changed();
+}
+
+/* Mark ourselves waiting (lock held) and sleep; returns holding a token or out of control. */
+static void wait_locked(int waiting_for) {
+    vm.me->waiting_for = waiting_for;
+    __atomic_store_n(&vm.me->wake, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&vm.me->state, VM_RANK_WAITING, __ATOMIC_RELEASE);
+    job_unlock();
+    vm.me->ctx_switches++;
+    block();
+}
+
+void vm_wait_token(int waiting_for) {
+    if (vm.mode != VM_CTL || !world_ok()) return;
+    job_lock();
+    sync_tokens();
+    if (vm.me->has_token || take_free()) {
+        job_unlock();
+        return;
+    }
+    wait_locked(waiting_for);
+}
+
+/* The operation is not complete: hand our token to the next rank and block (thesis fig. 4.6). */
+static void yield_token(int waiting_for) {
+    if (__atomic_load_n(&vm.job->generation, __ATOMIC_ACQUIRE) != vm.seen_gen) vm_generation_changed();
+    if (vm.mode != VM_CTL) return;
+    if (now_ns() - last_check_ns > VM_CHECK_NS) {
+        check_manager();
+        if (vm.mode != VM_CTL || !world_ok()) return;
+    }
+    job_lock();
+    sync_tokens();
+    int t = (int)vm.me->has_token - 1;
+    if (t >= 0) {
+        int next = choose_next(t, waiting_for);
+        if (next < 0) { /* nobody could use the CPU instead: keep it and poll again */
+            job_unlock();
+            return;
+        }
+        vm.me->has_token = 0;
+        grant(t, next);
+    } else if (take_free()) {
+        job_unlock();
+        return;
+    }
+    wait_locked(waiting_for);
+}
+
+void vm_idle(int waiting_for, uint64_t *t0_ns) {
+    if (vm.mode != VM_CTL) return;
+    if (vm.spin_us) {
+        int64_t now = now_ns();
+        if (*t0_ns == 0) *t0_ns = (uint64_t)now;
+        if (now - (int64_t)*t0_ns < (int64_t)vm.spin_us * 1000) return;
+    }
+    yield_token(waiting_for);
+}
+
+void vm_poll_failed(void) {
+    if (vm.mode != VM_CTL) return;
+    if (++vm.poll_fail < VM_POLLS_BEFORE_YIELD) return;
+    vm.poll_fail = 0;
+    yield_token(-1);
+}
+
+/* MPICH calls sched_yield from its own busy-wait loops (calls we do not wrap: communicator
+ * creation, RMA synchronization, ...). Like the thesis's sginap wrapper, treat that as "this rank is
+ * waiting" - but only on the MPI thread and only when MPICH itself is the caller. */
+int sched_yield(void) {
+    uintptr_t caller = (uintptr_t)__builtin_return_address(0);
+    if (caller >= mpi_text_lo && caller < mpi_text_hi && mpi_thread) {
+        vm.calls[VMF_sched_yield]++;
+        if (vm.mode == VM_CTL && vm.registered) {
+            if (!vm.wait.blocked) {
+                vm.wait.blocked = 1;
+                vm.me->blocking_calls++;
+            }
+            vm_idle(vm.wait.waiting_for, &vm.wait.t0);
+            return 0;
+        }
+    }
+    real_yield();
+    return 0;
+}
+
+static int find_text(struct dl_phdr_info *info, size_t size, void *data) {
+    (void)size, (void)data;
+    if ((void *)info->dlpi_addr != libmpi_base) return 0;
+    for (int i = 0; i < info->dlpi_phnum; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        if (ph->p_type == PT_LOAD && (ph->p_flags & PF_X)) {
+            mpi_text_lo = info->dlpi_addr + ph->p_vaddr;
+            mpi_text_hi = mpi_text_lo + ph->p_memsz;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+/* message counters for the global-queue heuristics                                               */
+
+static int comm_delete(MPI_Comm comm, int kv, void *attr, void *extra) {
+    (void)comm, (void)kv, (void)extra;
+    free(attr);
+    return MPI_SUCCESS;
+}
+
+int vm_world_rank(MPI_Comm comm, int r) {
+    if (r < 0 || vm.mode != VM_CTL) return -1;
+    if (comm == MPI_COMM_WORLD) return r;
+    int *map = NULL, flag = 0, inter = 0, size = 0;
+    if (keyval == MPI_KEYVAL_INVALID) return -1;
+    PMPI_Comm_get_attr(comm, keyval, &map, &flag);
+    if (!flag) {
+        PMPI_Comm_test_inter(comm, &inter);
+        if (!inter && PMPI_Comm_size(comm, &size) == MPI_SUCCESS && size > 0) {
+            MPI_Group g, w;
+            int *in = malloc(sizeof(int) * (size_t)size);
+            map = malloc(sizeof(int) * ((size_t)size + 1));
+            if (!in || !map) {
+                free(in), free(map);
+                return -1;
+            }
+            map[0] = size;
+            for (int i = 0; i < size; i++) in[i] = i;
+            PMPI_Comm_group(comm, &g);
+            PMPI_Comm_group(MPI_COMM_WORLD, &w);
+            PMPI_Group_translate_ranks(g, size, in, w, map + 1);
+            PMPI_Group_free(&g);
+            PMPI_Group_free(&w);
+            free(in);
+        } else {
+            map = calloc(1, sizeof(int)); /* inter-communicator: no mapping */
+        }
+        PMPI_Comm_set_attr(comm, keyval, map);
+    }
+    if (!map || r >= map[0]) return -1;
+    int w = map[1 + r];
+    return w == MPI_UNDEFINED ? -1 : w;
+}
+
+void vm_count_send(int dest) {
+    vm_rank *e = rank_entry(dest);
+    if (!e) return;
+    __atomic_fetch_add(&e->unconsumed, 1, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&vm.me->sent_not_consumed, 1, __ATOMIC_RELAXED);
+}
+
+void vm_count_recv(int src) {
+    if (vm.mode != VM_CTL) return;
+    if (__atomic_load_n(&vm.me->unconsumed, __ATOMIC_RELAXED) > 0)
+        __atomic_fetch_sub(&vm.me->unconsumed, 1, __ATOMIC_RELAXED);
+    vm_rank *e = rank_entry(src);
+    if (e && __atomic_load_n(&e->sent_not_consumed, __ATOMIC_RELAXED) > 0)
+        __atomic_fetch_sub(&e->sent_not_consumed, 1, __ATOMIC_RELAXED);
+}
+
+/* Open-addressing set of pending receive requests -> source world rank (+2; 0 = empty slot). */
+#define VM_TRACK 1024
+static MPI_Request track_req[VM_TRACK];
+static int track_src[VM_TRACK];
+
+static unsigned track_hash(MPI_Request r) { return ((unsigned)r * 2654435761u) % VM_TRACK; }
+
+static void track_insert(MPI_Request req, int src) {
+    for (unsigned i = track_hash(req), k = 0; k < VM_TRACK; k++, i = (i + 1) % VM_TRACK)
+        if (track_src[i] == 0) {
+            track_req[i] = req, track_src[i] = src + 2;
+            vm.ntracked++;
+            return;
+        }
+}
+
+void vm_track_recv(MPI_Request req, int src) {
+    if (vm.mode == VM_CTL && req != MPI_REQUEST_NULL && vm.ntracked < VM_TRACK / 2) track_insert(req, src);
+}
+
+static int track_find(MPI_Request req) {
+    if (!vm.ntracked) return -1;
+    for (unsigned i = track_hash(req), k = 0; k < VM_TRACK; k++, i = (i + 1) % VM_TRACK) {
+        if (track_src[i] == 0) return -1;
+        if (track_req[i] == req) return (int)i;
+    }
+    return -1;
+}
+
+int vm_track_peek(MPI_Request req) {
+    int i = track_find(req);
+    return i < 0 ? -2 : track_src[i] - 2;
+}
+
+/* Forget a request; returns its source (-1 unknown) or -2 when it was not tracked. */
+int vm_untrack(MPI_Request req) {
+    int i = track_find(req);
+    if (i < 0) return -2;
+    int src = track_src[i] - 2;
+    track_src[i] = 0;
+    vm.ntracked--;
+    /* Re-insert the rest of the cluster so that lookups never stop at the hole. */
+    for (unsigned j = ((unsigned)i + 1) % VM_TRACK; track_src[j] != 0; j = (j + 1) % VM_TRACK) {
+        int s = track_src[j];
+        track_src[j] = 0;
+        vm.ntracked--;
+        track_insert(track_req[j], s - 2);
+    }
+    return src;
+}
+
+void vm_requests_done(const MPI_Request *before, const MPI_Request *after, int n) {
+    for (int i = 0; i < n && vm.ntracked; i++)
+        if (before[i] != MPI_REQUEST_NULL && after[i] == MPI_REQUEST_NULL) {
+            int src = vm_untrack(before[i]);
+            if (src > -2) vm_count_recv(src);
+        }
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+/* registration                                                                                   */
+
+static void write_stats(const char *why) {
+    if (!stats_path) return;
+    const char *mode = top_mode == VM_CTL ? "ctl" : (top_mode == VM_FAST ? "fast" : "plain");
+    char buf[4096];
+    int n = snprintf(buf, sizeof buf,
+                     "{\"rank\":%d,\"pid\":%d,\"job\":%d,\"mode\":\"%s\",\"end\":\"%s\",\"mpi_calls\":%llu,"
+                     "\"blocking_calls\":%llu,\"ctx_switches\":%llu,\"generations\":%u,\"off\":\"%s\","
+                     "\"reclaimed\":%u,\"calls\":{",
+                     vm.rank, (int)vm.pid, (int)vm.job_id, mode, why, (unsigned long long)vm.me->mpi_calls,
+                     (unsigned long long)vm.me->blocking_calls, (unsigned long long)vm.me->ctx_switches, generations, off_why,
+                     reclaimed);
+    static const char *names[] = {
+#define VM_FUNC_NAME(name) #name,
+        VM_FUNCS(VM_FUNC_NAME)
+#undef VM_FUNC_NAME
+    };
+    int first = 1;
+    for (int i = 0; i < VMF_COUNT && n < (int)sizeof buf - 64; i++)
+        if (vm.calls[i]) {
+            n += snprintf(buf + n, sizeof buf - (size_t)n, "%s\"%s\":%llu", first ? "" : ",", names[i],
+                          (unsigned long long)vm.calls[i]);
+            first = 0;
+        }
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    n += snprintf(buf + n, sizeof buf - (size_t)n,
+                  "},\"utime_s\":%.6f,\"stime_s\":%.6f,\"nvcsw\":%ld,\"nivcsw\":%ld}\n",
+                  ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6, ru.ru_stime.tv_sec + ru.ru_stime.tv_usec / 1e6,
+                  ru.ru_nvcsw, ru.ru_nivcsw);
+    int fd = open(stats_path, O_WRONLY | O_APPEND | O_CREAT, 0644);
+    if (fd >= 0) {
+        ssize_t w = write(fd, buf, (size_t)n); /* one write: lines of ranks never interleave */
+        (void)w;
+        close(fd);
+    }
+}
+
+/* Leave the table: pass the token on, mark the slot done (the CPU manager frees it). */
+void vm_unregister(const char *why) {
+    static int done;
+    if (done || getpid() != vm.pid) return;
+    done = 1;
+    if (vm.registered && vm.job && job_valid()) {
+        job_lock();
+        release_token();
+        vm.me->state = VM_RANK_DONE;
+        job_unlock();
+    }
+    write_stats(why);
+    if (vm.registered) {
+        __atomic_store_n(&vm.me->state, VM_RANK_DONE, __ATOMIC_RELEASE);
+        detach_slot();
+    }
+    vm.mode = VM_OFF;
+    vm.job = NULL;
+}
+
+static void at_exit(void) { vm_unregister("exit"); }
+
+static void on_fatal(int sig) {
+    /* Async: take the job lock only if this process was not inside it; otherwise the others
+     * reclaim our token when they see the slot done. */
+    if (vm.registered && getpid() == vm.pid) {
+        if (!in_cs && vm.job && job_valid()) {
+            job_lock();
+            release_token();
+            vm.me->state = VM_RANK_DONE;
+            job_unlock();
+        }
+        __atomic_store_n(&vm.me->state, VM_RANK_DONE, __ATOMIC_RELEASE);
+    }
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+static void after_fork_child(void) {
+    /* A forked child is not the rank: it must never touch the rank's slot or tokens. */
+    vm.me = &dummy_rank;
+    vm.registered = 0;
+    vm.mode = VM_OFF;
+    vm.job = NULL;
+    vm.pid = getpid();
+}
+
+static void *attach(const char *name) {
+    int fd = shm_open(name, O_RDWR, 0);
+    if (fd < 0) return NULL;
+    struct stat st;
+    void *p = MAP_FAILED;
+    if (fstat(fd, &st) == 0 && (size_t)st.st_size >= sizeof(vm_segment))
+        p = mmap(NULL, sizeof(vm_segment), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (p == MAP_FAILED) return NULL;
+    vm_segment *s = p;
+    if (s->header.magic != VM_MAGIC || s->header.version != VM_VERSION) {
+        munmap(p, sizeof(vm_segment));
+        return NULL;
+    }
+    return p;
+}
+
+void vm_init(void) {
+    static int once;
+    if (once) return;
+    once = 1;
+    vm.pid = getpid();
+    vm.me = &dummy_rank;
+    debug = getenv("VMRT_DEBUG") && *getenv("VMRT_DEBUG") && strcmp(getenv("VMRT_DEBUG"), "0");
+    stats_path = getenv("VMRT_STATS");
+    if (stats_path && !*stats_path) stats_path = NULL;
+    PMPI_Comm_rank(MPI_COMM_WORLD, &vm.rank);
+    PMPI_Comm_size(MPI_COMM_WORLD, &vm.nranks);
+    mpi_thread = 1;
+    Dl_info info;
+    if (dladdr((void *)PMPI_Init, &info)) {
+        libmpi_base = info.dli_fbase;
+        dl_iterate_phdr(find_text, NULL);
+    }
+    atexit(at_exit);
+    pthread_atfork(NULL, NULL, after_fork_child);
+
+    const char *shm = getenv("VMSCHED_SHM"), *lock = getenv("VMSCHED_LOCK"), *job = getenv("VMSCHED_JOB");
+    if (!shm || !lock || !job || !*shm || !*lock || !*job) return; /* not under vmsched: plain MPI */
+    vm.job_id = (int32_t)strtol(job, NULL, 10);
+    vm.seg = attach(shm);
+    if (!vm.seg) {
+        DBG("no table %s: plain MPI", shm);
+        return;
+    }
+    if (vm.seg->header.shutdown || pid_dead(vm.seg->header.manager_pid)) {
+        DBG("CPU manager gone: plain MPI");
+        return;
+    }
+    table_sem = sem_open(lock, 0);
+    if (table_sem == SEM_FAILED) {
+        DBG("no table lock %s: plain MPI", lock);
+        return;
+    }
+    vm_job *j = NULL;
+    int job_slot = -1;
+    for (int i = 0; i < VM_MAX_JOBS; i++)
+        if (vm.seg->jobs[i].state != VM_JOB_FREE && vm.seg->jobs[i].job_id == vm.job_id) {
+            j = &vm.seg->jobs[i], job_slot = i;
+            break;
+        }
+    if (!j || j->nranks != vm.nranks) {
+        fprintf(stderr, "vmrt: job %d %s; running as plain MPI\n", (int)vm.job_id,
+                j ? "has a different number of ranks than MPI_COMM_WORLD" : "is not admitted");
+        return;
+    }
+    for (int i = 0; i < (int)(sizeof cpu_index / sizeof cpu_index[0]); i++) cpu_index[i] = -1;
+    for (uint32_t i = 0; i < vm.seg->header.ncpus && i < VM_MAX_CPUS; i++) {
+        int c = vm.seg->cpus[i].cpu;
+        if (c >= 0 && c < (int)(sizeof cpu_index / sizeof cpu_index[0])) cpu_index[c] = (int)i;
+    }
+    slot_of = malloc(sizeof(int) * (size_t)vm.nranks);
+    if (!slot_of) return;
+    for (int r = 0; r < vm.nranks; r++) slot_of[r] = -1;
+
+    sched_getaffinity(0, sizeof initial_mask, &initial_mask); /* before the manager can pin us */
+    table_lock(); /* the critical section: claim a free slot, nothing else */
+    vm_rank *me = NULL;
+    for (int s = 0; s < VM_MAX_RANKS; s++)
+        if (vm.seg->ranks[s].state == VM_RANK_FREE) {
+            me = &vm.seg->ranks[s];
+            memset(me, 0, sizeof *me);
+            me->job_id = vm.job_id, me->rank = vm.rank, me->pid = vm.pid;
+            me->job_slot = job_slot, me->cpu = sched_getcpu(), me->waiting_for = -1, me->wake = 0;
+            __atomic_store_n(&me->state, VM_RANK_RUNNING, __ATOMIC_RELEASE);
+            j->registered++;
+            vm.seg->header.generation++;
+            break;
+        }
+    table_unlock();
+    if (!me) {
+        fprintf(stderr, "vmrt: rank table full; rank %d runs as plain MPI\n", vm.rank);
+        return;
+    }
+    me->mpi_calls = dummy_rank.mpi_calls;
+    vm.me = me;
+    vm.job = j;
+    vm.registered = 1;
+    vm.seen_gen = j->generation - 1; /* force the first generation change below */
+    PMPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, comm_delete, &keyval, NULL);
+    static const int fatal[] = {SIGTERM, SIGHUP, SIGQUIT};
+    for (unsigned i = 0; i < sizeof fatal / sizeof fatal[0]; i++) {
+        struct sigaction old;
+        if (sigaction(fatal[i], NULL, &old) == 0 && old.sa_handler == SIG_DFL) signal(fatal[i], on_fatal);
+    }
+    last_check_ns = now_ns();
+    vm.mode = VM_FAST;
+    vm_generation_changed();
+    DBG("registered job %d rank %d/%d pid %d", (int)vm.job_id, vm.rank, vm.nranks, (int)vm.pid);
+    if (vm.mode == VM_CTL) vm_wait_token(-1);
+}

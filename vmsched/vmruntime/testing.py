@@ -1,0 +1,289 @@
+"""Helpers for the runtime's tests and benchmarks: a real CPU-manager daemon in a private state
+directory, `vmrun` command lines, and sampling of ranks through /proc."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+
+import psutil
+
+from vmsched.config import Config, load_config
+from vmsched.cpumanager.client import CpuManagerClient
+from vmsched.protocol import DaemonUnavailable
+from vmsched.vmruntime.shmclean import remove_leftovers, shm_segments
+
+PY = sys.executable
+
+
+class Manager:
+    """`vm-cpumanager` as a subprocess; `with Manager(cpus="0-1") as m:` starts and stops it."""
+
+    def __init__(self, state_dir: Path | None = None, cpus: str = "0-1", quantum_ms: float = 10.0,
+                 extra: tuple[str, ...] = ()) -> None:  # fmt: skip
+        self._tmp = None if state_dir else tempfile.TemporaryDirectory(prefix="vmrt-")
+        self.state_dir = Path(state_dir or self._tmp.name)  # type: ignore[union-attr]
+        self.cpus, self.quantum_ms, self.extra = cpus, quantum_ms, extra
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.cfg: Config = load_config(None, self.state_dir)
+
+    @property
+    def log_path(self) -> Path:
+        return self.cfg.cpumanager_log
+
+    def start(self, timeout: float = 15.0) -> Manager:
+        cmd = [PY, "-m", "vmsched.cpumanager.daemon", "--state-dir", str(self.state_dir), "--cpus", self.cpus,
+               "--quantum-ms", str(self.quantum_ms), *self.extra]  # fmt: skip
+        out = open(self.state_dir / "daemon.out", "ab")
+        self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=self.env())
+        out.close()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"CPU manager exited with {self.proc.returncode}: {self.output()}")
+            try:
+                with CpuManagerClient(self.cfg, timeout_s=0.5) as c:
+                    c.call("ping")
+                return self
+            except DaemonUnavailable:
+                time.sleep(0.05)
+        raise RuntimeError(f"CPU manager did not answer within {timeout} s: {self.output()}")
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 10.0) -> int | None:
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.unlink_leftovers()
+        return self.proc.returncode
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        """Kill the daemon (as a crash would); its segment stays until `stop()`."""
+        assert self.proc is not None
+        self.proc.send_signal(sig)
+        self.proc.wait(10)
+
+    def unlink_leftovers(self) -> None:
+        """A daemon that was killed cannot remove its segment and lock; do it for it."""
+        import posix_ipc
+
+        for fn, name in ((posix_ipc.unlink_shared_memory, self.cfg.shm_name),
+                         (posix_ipc.unlink_semaphore, self.cfg.lock_name)):  # fmt: skip
+            try:
+                fn(name)
+            except posix_ipc.ExistentialError:
+                pass
+
+    def env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env["VMSCHED_STATE_DIR"] = str(self.state_dir)
+        return env
+
+    def client(self, timeout_s: float = 5.0) -> CpuManagerClient:
+        return CpuManagerClient(self.cfg, timeout_s=timeout_s)
+
+    def status(self) -> dict:
+        with self.client() as c:
+            return c.status()
+
+    def output(self) -> str:
+        try:
+            return (self.state_dir / "daemon.out").read_text()[-4000:]
+        except OSError:
+            return ""
+
+    def __enter__(self) -> Manager:
+        return self.start()
+
+    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None) -> None:
+        self.stop()
+        if self._tmp is not None:
+            self._tmp.cleanup()
+
+
+def vmrun_cmd(state_dir: Path, nranks: int, max_mpl: int, command: list[str], queue: str | None = None,
+              heuristic: str | None = None, job_id: int | None = None,
+              spin_us: int | None = None) -> list[str]:  # fmt: skip
+    cmd = [PY, "-m", "vmsched.vmruntime.vmrun", "--state-dir", str(state_dir), "-n", str(nranks),
+           "--max-mpl", str(max_mpl)]  # fmt: skip
+    if queue:
+        cmd += ["--queue", queue]
+    if heuristic:
+        cmd += ["--heuristic", heuristic]
+    if job_id is not None:
+        cmd += ["--job-id", str(job_id)]
+    if spin_us is not None:
+        cmd += ["--spin-us", str(spin_us)]
+    return [*cmd, "--", *command]
+
+
+def selftest_cmd(mode: str, *args: str) -> list[str]:
+    return [PY, "-m", "vmsched.vmruntime.selftest", mode, *args]
+
+
+@dataclass(frozen=True)
+class ProcSample:
+    pid: int
+    state: str  # R, S, D, T, Z, ...
+    cpu: int  # CPU it last ran on
+    affinity: tuple[int, ...]
+
+
+def sample(pid: int) -> ProcSample | None:
+    """State and last CPU from /proc/<pid>/stat (fields 3 and 39), affinity from the kernel."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+        fields = data[data.rfind(b")") + 2 :].split()
+        aff = tuple(sorted(os.sched_getaffinity(pid)))
+    except OSError:
+        return None
+    return ProcSample(pid, fields[0].decode(), int(fields[36]), aff)
+
+
+def rank_pids(root_pid: int, name_part: str = "python") -> list[int]:
+    """Pids of the rank processes below `root_pid` (vmrun -> mpiexec -> hydra proxy -> ranks)."""
+    try:
+        kids = psutil.Process(root_pid).children(recursive=True)
+    except psutil.Error:
+        return []
+    out = []
+    for k in kids:
+        try:
+            if name_part in k.name() or name_part in " ".join(k.cmdline()[:3]):
+                out.append(k.pid)
+        except psutil.Error:
+            continue
+    return out
+
+
+def descendants(root_pid: int) -> list[psutil.Process]:
+    try:
+        return psutil.Process(root_pid).children(recursive=True)
+    except psutil.Error:
+        return []
+
+
+def end_job(proc: subprocess.Popen, sig: int = signal.SIGTERM) -> None:
+    """End a job started with mpiexec/vmrun (and everything below it), reap it, and remove the
+    /dev/shm segments its killed ranks leave behind."""
+    kids = descendants(proc.pid)
+    mapped = shm_segments(proc.pid)
+    if proc.poll() is None:
+        proc.send_signal(sig)
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    for k in kids:
+        try:
+            k.kill()
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(kids, timeout=10)
+    remove_leftovers(mapped)
+
+
+def shm_entries(cfg: Config) -> list[str]:
+    """What this instance left in /dev/shm (segment and semaphore)."""
+    inst = cfg.instance
+    try:
+        return [n for n in os.listdir("/dev/shm") if inst in n]
+    except OSError:
+        return []
+
+
+def mpiexec() -> str:
+    from vmsched.vmruntime.vmrun import mpiexec_path
+
+    path = mpiexec_path()
+    if path is None:
+        raise RuntimeError("mpiexec not found")
+    return path
+
+
+def compile_c_program(source: Path, out_dir: Path) -> Path:
+    """Build an MPI C program with the environment's mpicc."""
+    from vmsched.vmruntime.build import mpicc
+
+    exe = out_dir / source.stem
+    subprocess.run([str(mpicc()), "-O2", "-o", str(exe), str(source)], check=True, capture_output=True)
+    return exe
+
+
+def read_stats(path: Path) -> list[dict]:
+    """The per-rank lines that VMRT_STATS=<path> makes every rank append at finalize/exit."""
+    import json
+
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+class SiblingFlipper:
+    """A thread that admits and releases a one-rank sibling job every `period_s`, so that the
+    partition of a running job shrinks and expands again and again (`with SiblingFlipper(m):`)."""
+
+    def __init__(self, manager: Manager, job_id: int = 77, period_s: float = 0.05) -> None:
+        import threading
+
+        self.manager, self.job_id, self.period_s = manager, job_id, period_s
+        self.flips = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        from vmsched.protocol import ProtocolError
+
+        with self.manager.client() as c:
+            while not self._stop.is_set():
+                try:
+                    c.admit(self.job_id, 1, 1, queue="local")
+                except ProtocolError:  # does not fit right now (e.g. the job is not admitted yet)
+                    self._stop.wait(self.period_s)
+                    continue
+                self._stop.wait(self.period_s)
+                c.release(self.job_id)
+                self.flips += 1
+                self._stop.wait(self.period_s)
+
+    def __enter__(self) -> SiblingFlipper:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+class StateSampler:
+    """Reads the scheduler state of a set of processes as close together in time as possible (open
+    /proc/<pid>/stat files, one pread each), so that a sample is not smeared over a hand-off."""
+
+    def __init__(self, pids: list[int]) -> None:
+        self.pids = pids
+        self.fds = [os.open(f"/proc/{p}/stat", os.O_RDONLY) for p in pids]
+
+    def states(self) -> list[str] | None:
+        try:
+            raw = [os.pread(fd, 1024, 0) for fd in self.fds]
+        except OSError:
+            return None
+        return [r[r.rfind(b")") + 2 : r.rfind(b")") + 3].decode() for r in raw]
+
+    def close(self) -> None:
+        for fd in self.fds:
+            os.close(fd)
