@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import shutil
 import signal
 import subprocess
@@ -19,7 +20,10 @@ from vmsched.config import load_config
 
 
 class Node:
-    def __init__(self, policy: str, extra_config: str = "") -> None:
+    """`bin_dir`/`base_env`: run the daemons and the CLI of another installation (a wheel in a fresh venv)."""
+
+    def __init__(self, policy: str, extra_config: str = "", *, cpus: str = "0-1", bin_dir: Path = BIN,
+                 base_env: dict[str, str] | None = None) -> None:  # fmt: skip
         # World-reachable (not pytest's 0700 tmp) so that a second user can use the socket.
         self.root = Path(tempfile.mkdtemp(prefix="vmsched-node-"))
         self.root.chmod(0o755)
@@ -32,8 +36,9 @@ class Node:
         self.work.mkdir()
         self.work.chmod(0o1777)
         self.cfg = load_config(state_dir=self.state)
-        self.env = {**os.environ, "VMSCHED_STATE_DIR": str(self.state)}
-        self.cm = CpuManagerProcess(self.state)
+        self.bin = bin_dir
+        self.env = {**(os.environ if base_env is None else base_env), "VMSCHED_STATE_DIR": str(self.state)}
+        self.cm = CpuManagerProcess(self.state, cpus, bin_dir=bin_dir, env=self.env, cwd=self.work)
         self.launcher: subprocess.Popen | None = None
 
     def start(self) -> Node:
@@ -42,8 +47,8 @@ class Node:
         return self
 
     def start_launcher(self) -> None:
-        self.launcher = subprocess.Popen([str(BIN / "vm-launcher")], env=self.env, stdout=subprocess.DEVNULL,
-                                         stderr=subprocess.DEVNULL)  # fmt: skip
+        self.launcher = subprocess.Popen([str(self.bin / "vm-launcher")], env=self.env, cwd=self.work,
+                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
 
         def up() -> bool:
             if self.launcher.poll() is not None:
@@ -53,8 +58,10 @@ class Node:
         wait_for(up, timeout=30, interval=0.05, what="the launcher to answer")
 
     def cli(self, *argv: str, check: bool = True, user: int | None = None) -> subprocess.CompletedProcess:
-        r = subprocess.run([str(BIN / argv[0]), *argv[1:]], env=self.env, cwd=self.work, capture_output=True,
-                           text=True, timeout=60, user=user)  # fmt: skip
+        """Run a command of the CLI; as `user` (uid) with that user's own group, like a login would."""
+        as_user = {} if user is None else {"user": user, "group": pwd.getpwuid(user).pw_gid, "extra_groups": []}
+        r = subprocess.run([str(self.bin / argv[0]), *argv[1:]], env=self.env, cwd=self.work, capture_output=True,
+                           text=True, timeout=60, **as_user)  # fmt: skip
         if check and r.returncode != 0:
             pytest.fail(f"{' '.join(argv)} exited {r.returncode}: {r.stderr}")
         return r

@@ -10,12 +10,10 @@ second user, whose ranks load the runtime library that root built inside the ins
 from __future__ import annotations
 
 import ast
-import json
 import os
 import pwd
 import re
 import shutil
-import signal
 import stat
 import subprocess
 import sys
@@ -26,7 +24,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, CpuManagerProcess, wait_for
+from tests.conftest import REPO, CpuManagerProcess
+from tests.launcher_harness import Node
 from vmsched.apps.result import parse_result
 from vmsched.vmruntime.testing import read_stats
 
@@ -244,40 +243,23 @@ def test_vmrun_of_a_folded_job_from_the_wheel(installed: Installed) -> None:
 
 def test_launcher_job_of_another_user_from_the_wheel(installed: Installed) -> None:
     nobody = pwd.getpwnam("nobody")
-    state = installed.root / "launcher-state"
-    state.mkdir()
-    (state / "vmsched.toml").write_text('[launcher]\npolicy = "fcfs/fifo"\nsample_ms = 50.0\n')
-    env = installed.env(VMSCHED_STATE_DIR=str(state))
-    cm = CpuManagerProcess(state, "0", bin_dir=installed.bin, env=env, cwd=installed.work).start()
-    launcher = subprocess.Popen([str(installed.bin / "vm-launcher")], env=env, cwd=installed.work,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    # The job's ranks write VMRT_STATS lines only if they loaded the runtime library that root built.
+    stats = installed.work / "stats.jsonl"
+    node = Node("fcfs/fifo", cpus="0", bin_dir=installed.bin, base_env=installed.env(VMRT_STATS=str(stats)))
     try:
-        wait_for(lambda: launcher.poll() is None and installed.run("vmq", "--json", env=env).returncode == 0,
-                 timeout=30, interval=0.1, what="the installed launcher to answer")  # fmt: skip
-        # A second user submits a 4-rank job; the launcher (root) folds it onto the one CPU. The job's ranks
-        # run as that user and write VMRT_STATS lines only if they loaded the runtime root built.
-        stats = installed.work / "stats.jsonl"
-        sub = installed.run("vmsubmit", "--json", "-n", "4", "--max-mpl", "4", "--time", "2m", "--",
-                            "python", "-m", "vmsched.apps.ep", "-c", "S", env={**env, "VMRT_STATS": str(stats)},
-                            user=nobody.pw_uid, group=nobody.pw_gid, extra_groups=[])  # fmt: skip
-        assert sub.returncode == 0, sub.stderr
-        job = json.loads(sub.stdout)["job"]
-
-        def ended() -> dict | None:
-            rows = json.loads(installed.run("vmacct", "--json", env=env).stdout)
-            return next((r for r in rows if r["id"] == job), None)
-
-        row = wait_for(ended, timeout=180, interval=0.2, what=f"job {job} to end")
-        out = installed.work / f"vmsched-{job}.out"
+        node.start()
+        # A second user submits a 4-rank job; the launcher (root) folds it onto the one CPU.
+        job = node.submit("-n", "4", "--max-mpl", "4", "--time", "2m", "--",
+                          "python", "-m", "vmsched.apps.ep", "-c", "S", user=nobody.pw_uid)  # fmt: skip
+        row = node.wait_all_done(timeout=180)[job]
+        out = node.work / f"vmsched-{job}.out"
         assert row["state"] == "completed" and row["user"] == "nobody", (row, out.read_text()[-2000:])
         assert out.stat().st_uid == nobody.pw_uid, "the job must run as the user who submitted it"
         res = parse_result(out.read_text())
         assert res["verified"] is True and res["ranks"] == 4
-        assert "(MPL 4)" in cm.cfg.cpumanager_log.read_text(), "the job did not run folded on the one CPU"
+        assert "(MPL 4)" in node.cfg.cpumanager_log.read_text(), "the job did not run folded on the one CPU"
         ranks = read_stats(stats)
         assert sorted(s["rank"] for s in ranks) == [0, 1, 2, 3], ranks
         assert {s["job"] for s in ranks} == {job}
     finally:
-        launcher.send_signal(signal.SIGTERM)
-        launcher.wait(timeout=20)
-        assert cm.stop() == 0
+        node.stop()
