@@ -263,19 +263,22 @@ def _occupations(s: Snapshot, decisions) -> tuple[list, list]:
     return base, bf
 
 
-def _preferred(job: QueuedJob, policy: str, ncpus: int) -> int:
-    """The size a job is reserved with: the best the policy would start it with on this machine."""
+def _preferred(job: QueuedJob, policy: str, ncpus: int) -> tuple[int, float]:
+    """CPUs and estimated run time a job is reserved with: the best shape the policy would start it
+    with on this machine (the estimate scales with ranks; folding is not charged)."""
     if policy == "asp-max":
         cap = math.floor(0.6 * ncpus + 1e-9)
-        return next((p for p in job.procs if p <= cap), job.procs[-1])
+        n = next((p for p in job.procs if p <= cap), job.procs[-1])
+        return n, job.estimate * job.procs[0] / n
     if policy == "moldable":
         offers = percentage_offers(job.procs, (1.0, 0.8, 0.7, 0.6, 0.5, 0.4))
-        return next((n for n in offers if n <= ncpus), offers[0])
+        n = next((n for n in offers if n <= ncpus), offers[0])
+        return n, job.estimate * job.procs[0] / n
     # fcfs: as requested; a job larger than the machine folded just enough to fit (within the MPL cap),
-    # on ceil(n / MPL) CPUs.
+    # on ceil(n / MPL) CPUs, in the time of its request.
     n = job.procs[0]
     fold = math.ceil(n / ncpus)
-    return math.ceil(n / fold) if fold <= cfg("fcfs").max_mpl_limit else n
+    return (math.ceil(n / fold) if fold <= cfg("fcfs").max_mpl_limit else n), job.estimate
 
 
 @st.composite
@@ -324,8 +327,7 @@ def test_easy_never_delays_the_head_reservation(s, policy, order):
         return
     head = waiting[0]
     base, bf = _occupations(s, decisions)
-    need = _preferred(head, policy, s.ncpus)
-    dur = head.estimate * head.procs[0] / need
+    need, dur = _preferred(head, policy, s.ncpus)
     before = _earliest(base, s.ncpus, s.now, need, dur)
     after = _earliest(base + bf, s.ncpus, s.now, need, dur)
     if before is not None:
@@ -346,8 +348,7 @@ def test_conservative_keeps_every_reservation(s, policy, order):
     for job in ordered_queue(s.queue, order):
         if job.job_id in started:
             continue
-        need = _preferred(job, policy, s.ncpus)
-        dur = job.estimate * job.procs[0] / need
+        need, dur = _preferred(job, policy, s.ncpus)
         t = _earliest(base + list(plan.values()), s.ncpus, s.now, need, dur)
         if t is not None:
             plan[job.job_id] = (t, t + dur, need)

@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 
 from tests.test_policies import q
 from vmsched.launcher.policy import POLICIES, Start, can_ever_start, parse_policy_spec
-from vmsched.launcher.policy.simulate import folding_runtime, simulate
 from vmsched.launcher.policy.sizes import estimate_at
+from vmsched.sim.engine import folding_runtime, simulate
 
 
 def _workload(seed: int, n: int = 40, ncpus: int = 8) -> list:

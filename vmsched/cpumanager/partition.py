@@ -30,7 +30,7 @@ def minimum_partition(nranks: int, max_mpl: int) -> int:
     """Smallest partition a job may be folded to: ceil(N / max MPL) (thesis eq. 3.1)."""
     if nranks < 1 or max_mpl < 1:
         raise ValueError(f"nranks and max_mpl must be >= 1 (got {nranks}, {max_mpl})")
-    return ceil(nranks / max_mpl)
+    return -(-nranks // max_mpl)  # integer ceiling: exact for any size, and cheaper than float ceil
 
 
 def mpl(nranks: int, partition_size: int) -> int:

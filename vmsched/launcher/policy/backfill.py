@@ -44,12 +44,15 @@ def reservations(
 
 def backfill(ws: Workspace, rule: StartRule, head: QueuedJob) -> None:
     """Start (or resume) jobs behind `head` that delay no reservation; `head` itself was refused."""
+    suspended = ws.suspended()
+    if ws.free_now() <= 0 and not suspended:
+        return  # nothing can start or continue now: no need to plan
     depth = DEPTHS[ws.cfg.backfill]
     profile, plan = reservations(ws, rule, depth)
 
     # Suspended jobs first: they already ran and hold memory. Their progress is unknown, so they are
     # expected to need their whole estimate again.
-    for r in ws.suspended():
+    for r in suspended:
         if r.job_id in ws.touched:
             continue
         shape, duration = Shape(r.nranks, r.max_mpl), r.estimate
@@ -58,23 +61,38 @@ def backfill(ws: Workspace, rule: StartRule, head: QueuedJob) -> None:
             until, held = ws.now + duration, _describe_plan(plan, head, depth, r.job_id)
             ws.resume(r.job_id, until, f"{ws.cfg.backfill} backfill: resume until t={until:g} {held}")
 
-    for job in ws.ordered():
-        if job.job_id == head.job_id:
+    # This loop runs over the whole queue at every pass, so a job is first checked against cheap
+    # bounds: no shape of it needs fewer CPUs than its smallest count folded as far as any policy may
+    # fold it (`floor`), nor runs shorter than its estimate at full size. (A job holding a reservation
+    # is checked without it, below.)
+    free, limit = ws.free_now(), ws.cfg.max_mpl_limit
+    room, span = free * limit, profile.spans(max(free, 0))
+    candidates = [
+        j
+        for j in ws.ordered()
+        if j.floor_cpus <= free and j.min_procs <= room and (j.estimate <= span[j.floor_cpus] or j.job_id in plan)
+    ]
+    for job in candidates:
+        if free <= 0:
+            break  # every shape needs a CPU: nothing else can start now
+        floor = max(job.floor_cpus, -(-job.min_procs // limit))
+        if floor > free or job is head:
             continue
         own = plan.get(job.job_id)
         if own is not None:
             profile.release(*own)
-        for shape in rule.backfill_shapes(job, ws):
-            duration = estimate_at(job, shape.nranks)
-            if profile.min_free(ws.now, ws.now + duration) >= shape.cpus and ws.fits(job.job_id, shape):
-                profile.reserve(ws.now, ws.now + duration, shape.cpus)
-                until, held = ws.now + duration, _describe_plan(plan, head, depth, job.job_id)
-                reason = f"{ws.cfg.backfill} backfill ({rule.name}): {shape.nranks} ranks until t={until:g} {held}"
-                ws.start(job, shape, reason, backfilled=True, window=True)
-                break
-        else:
-            if own is not None:
-                profile.reserve(*own)
+        if profile.fits_from_now(floor, job.estimate):
+            for shape in rule.backfill_shapes(job, ws):
+                duration = estimate_at(job, shape.nranks)
+                if profile.fits_from_now(shape.cpus, duration) and ws.fits(job.job_id, shape):
+                    profile.reserve(ws.now, ws.now + duration, shape.cpus)
+                    until, held = ws.now + duration, _describe_plan(plan, head, depth, job.job_id)
+                    reason = f"{ws.cfg.backfill} backfill ({rule.name}): {shape.nranks} ranks until t={until:g} {held}"
+                    ws.start(job, shape, reason, backfilled=True, window=True)
+                    free, own = ws.free_now(), None
+                    break
+        if own is not None:
+            profile.reserve(*own)
 
 
 def _describe_plan(plan: dict[int, tuple[float, float, int]], head: QueuedJob, depth: float, job_id: int) -> str:

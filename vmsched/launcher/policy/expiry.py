@@ -42,13 +42,16 @@ def _arrived_after(job: RunningJob, head: QueuedJob) -> bool:
 
 def expired_jobs(ws: Workspace, head: QueuedJob) -> list[RunningJob]:
     """Backfilled running jobs whose window has expired and that the action can still act on."""
+    if ws.cfg.expiry == "none":
+        return []
     rule = ws.cfg.effective_window_rule
     active = ws.active()
-    out_of_order = bool(active) and all(_arrived_after(r, head) for r in active)
+    candidates = [r for r in active if r.job_id not in ws.touched and actionable(ws.cfg, r)]
+    if not candidates:
+        return []
+    out_of_order = all(_arrived_after(r, head) for r in active)
     result = []
-    for r in active:
-        if r.job_id in ws.touched or not actionable(ws.cfg, r):
-            continue
+    for r in candidates:
         timed_out = r.window_end is not None and r.window_end <= ws.now
         if (rule in ("time", "either") and timed_out) or (rule in ("order", "either") and out_of_order):
             result.append(r)

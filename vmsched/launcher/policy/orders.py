@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from operator import attrgetter
 
 from .snapshot import QueuedJob
 
@@ -35,8 +36,22 @@ def _edf(job: QueuedJob, pos: int) -> tuple[float, ...]:
 
 ORDER_KEYS: dict[str, OrderKey] = {"fifo": _fifo, "sjf": _sjf, "ljf": _ljf, "edf": _edf}
 
+_SUBMIT = attrgetter("submit_time")
+_ESTIMATE = attrgetter("estimate")
+
 
 def ordered_queue(queue: Sequence[QueuedJob], order: str) -> list[QueuedJob]:
-    """The queue in priority order; the first job is the head."""
+    """The queue in priority order; the first job is the head.
+
+    The order is that of ORDER_KEYS. It is computed with stable sorts on C-level keys instead of
+    building the key tuples: the position tie-break is what stability gives, and this runs on every
+    scheduling pass over queues of thousands of jobs in the simulator.
+    """
+    if order == "fifo":
+        return sorted(queue, key=_SUBMIT)
+    if order == "sjf":
+        return sorted(sorted(queue, key=_SUBMIT), key=_ESTIMATE)
+    if order == "ljf":
+        return sorted(sorted(queue, key=_SUBMIT), key=_ESTIMATE, reverse=True)  # reverse keeps stability
     key = ORDER_KEYS[order]
     return [job for _, job in sorted(((key(job, pos), job) for pos, job in enumerate(queue)), key=lambda kj: kj[0])]

@@ -9,7 +9,7 @@ Every operation is one pass over the breakpoints, so a conservative plan of Q jo
 from __future__ import annotations
 
 import math
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterable
 
 
@@ -18,12 +18,21 @@ class FreeProfile:
 
     def __init__(self, now: float, free_now: int, releases: Iterable[tuple[float, int]] = ()) -> None:
         self.now = now
-        self._times = [now]
-        self._free = [free_now]
+        # Built in one sorted pass (not by _add per release, which is quadratic in running jobs).
         after_now = math.nextafter(now, math.inf)
+        times, free = [now], [free_now]
         for when, cpus in sorted(releases):
             # A job past its estimate still holds its CPUs now; expect them the instant after.
-            self._add(max(when, after_now), math.inf, cpus)
+            when = max(when, after_now)
+            if cpus == 0:
+                continue
+            if when == times[-1]:
+                free[-1] += cpus
+            else:
+                times.append(when)
+                free.append(free[-1] + cpus)
+        self._times, self._free = times, free
+        self._horizon: dict[int, float] = {}  # cpus -> first time fewer are free; cleared on change
 
     def _split(self, when: float) -> int:
         """Index of the step starting exactly at `when` (>= now), inserting a breakpoint if needed."""
@@ -37,6 +46,7 @@ class FreeProfile:
     def _add(self, start: float, end: float, delta: int) -> None:
         if delta == 0 or end <= start:
             return
+        self._horizon.clear()
         i = self._split(max(start, self.now))
         j = len(self._times) if end == math.inf else self._split(end)
         for k in range(i, j):
@@ -52,12 +62,31 @@ class FreeProfile:
     def min_free(self, start: float, end: float) -> int:
         """Fewest free CPUs at any time in [start, end) (at `start` alone when the interval is empty)."""
         first = max(0, bisect_right(self._times, start) - 1)
-        lowest = self._free[first]
-        for k in range(first + 1, len(self._times)):
-            if self._times[k] >= end:
-                break
-            lowest = min(lowest, self._free[k])
-        return lowest
+        last = max(first + 1, bisect_left(self._times, end))
+        return min(self._free[first:last])
+
+    def fits_from_now(self, cpus: int, duration: float) -> bool:
+        """min_free(now, now + duration) >= cpus, answered from a per-size horizon: backfilling asks
+        this for every queued job, mostly for a handful of sizes, between two changes of the profile."""
+        horizon = self._horizon.get(cpus)
+        if horizon is None:
+            horizon = next((t for t, f in zip(self._times, self._free, strict=True) if f < cpus), math.inf)
+            self._horizon[cpus] = horizon
+        return horizon > self.now and self.now + duration <= horizon
+
+    def spans(self, most: int) -> list[float]:
+        """spans[c] for c in 0..most: how long from now at least c CPUs stay free (0 if they are not
+        free now, inf if they stay free). One pass over the steps, for filtering many jobs at once."""
+        out = [math.inf] * (most + 1)
+        lowest = most + 1  # fewest free so far, capped: sizes above `most` are not asked for
+        for t, f in zip(self._times, self._free, strict=True):
+            if f < lowest:
+                for c in range(max(f, 0) + 1, lowest):
+                    out[c] = t - self.now
+                lowest = max(f, 0) + 1
+                if lowest <= 1:
+                    break
+        return out
 
     def earliest_start(self, cpus: int, duration: float) -> float | None:
         """Earliest time >= now at which `cpus` stay free for `duration`; None if never."""

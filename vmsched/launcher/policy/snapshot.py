@@ -6,7 +6,9 @@ from its clock), so that the decision core never knows which of them it runs und
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from vmsched.cpumanager.partition import minimum_partition
 
 
 @dataclass(frozen=True)
@@ -21,6 +23,10 @@ class QueuedJob:
     job_class: str  # "long" | "short"
     estimate: float  # requested/estimated run time in seconds at its full size procs[0]
     deadline: float | None = None  # absolute time
+    # Derived once here, because backfilling asks for them for every queued job on every pass: the
+    # smallest allowed count, and the fewest CPUs the user's cap lets that count fold to.
+    min_procs: int = field(init=False, repr=False, compare=False)
+    floor_cpus: int = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not self.procs or any(p < 1 for p in self.procs):
@@ -33,6 +39,9 @@ class QueuedJob:
             raise ValueError(f"job {self.job_id}: job_class must be 'long' or 'short' (got {self.job_class!r})")
         if self.estimate < 0:
             raise ValueError(f"job {self.job_id}: estimate must be >= 0 (got {self.estimate})")
+        object.__setattr__(self, "min_procs", self.procs[-1])
+        floor = 1 if self.max_mpl is None else minimum_partition(self.procs[-1], self.max_mpl)
+        object.__setattr__(self, "floor_cpus", floor)
 
 
 @dataclass(frozen=True)
@@ -53,6 +62,16 @@ class RunningJob:
     suspended: bool = False  # a suspended job holds no CPUs
     submit_time: float = 0.0
     max_mpl_cap: int | None = None  # the user's cap on folding, as for QueuedJob.max_mpl
+    # Derived once here, as the policies ask for them at every pass: the CPUs it holds at least (its
+    # minimum partition; none while suspended), and when it is expected to end: start + estimate, or
+    # later if its window says so (a resumed job's new window runs from its resumption).
+    held: int = field(init=False, repr=False, compare=False)
+    expected_end: float = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "held", 0 if self.suspended else minimum_partition(self.nranks, self.max_mpl))
+        end = self.start_time + self.estimate
+        object.__setattr__(self, "expected_end", end if self.window_end is None else max(end, self.window_end))
 
 
 @dataclass(frozen=True)

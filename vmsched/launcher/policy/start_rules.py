@@ -65,7 +65,9 @@ class Rigid(StartRule):
 
     def shapes(self, job: QueuedJob, ws: Workspace) -> list[Shape]:
         n = job.procs[0]
-        fit = max(1, math.ceil(n / ws.ncpus))
+        if n <= ws.ncpus:
+            return [Shape(n, 1)]
+        fit = math.ceil(n / ws.ncpus)
         return [Shape(n, fit if fit <= mpl_cap(ws.cfg, job.max_mpl) else 1)]
 
 
@@ -102,7 +104,7 @@ class Psa(StartRule):
 
     @staticmethod
     def target(job: QueuedJob, ws: Workspace) -> int:
-        share = ws.ncpus // max(1, len(ws.queue))
+        share = ws.ncpus // max(1, ws.queue_length)
         return largest_allowed(job.procs, share) or job.procs[-1]
 
     def shapes(self, job: QueuedJob, ws: Workspace) -> list[Shape]:
@@ -185,7 +187,7 @@ class Fjt(StartRule):
         return min(ws.cfg.fjt_long_mpl, mpl_cap(ws.cfg, user_cap))
 
     def target(self, job: QueuedJob, ws: Workspace) -> int:
-        share = ws.ncpus // max(1, ws.long_queued or len(ws.queue))
+        share = ws.ncpus // max(1, ws.long_queued or ws.queue_length)
         return largest_allowed(job.procs, share) or job.procs[-1]
 
     def _other_long_queued(self, job: QueuedJob, ws: Workspace) -> bool:

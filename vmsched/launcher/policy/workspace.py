@@ -7,8 +7,9 @@ as it will be (a started job holds its minimum partition, an aborted one holds n
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from operator import attrgetter
 
-from vmsched.cpumanager.partition import AdmissionError, JobShape, check_admission, minimum_partition
+from vmsched.cpumanager.partition import minimum_partition
 
 from .config import PolicyConfig
 from .decisions import Abort, Decision, Resume, SetMaxMpl, Start, Suspend
@@ -20,14 +21,17 @@ from .snapshot import QueuedJob, RunningJob, Snapshot
 
 def min_cpus(job: RunningJob) -> int:
     """CPUs a running job holds at least (none while suspended)."""
-    return 0 if job.suspended else minimum_partition(job.nranks, job.max_mpl)
+    return job.held
 
 
 def expected_end(job: RunningJob) -> float:
-    """When a running job is expected to end: start + estimate, or later if its window says so
-    (a resumed job's new window runs from its resumption)."""
-    end = job.start_time + job.estimate
-    return max(end, job.window_end) if job.window_end is not None else end
+    """When a running job is expected to end (RunningJob.expected_end says how)."""
+    return job.expected_end
+
+
+_START_KEY = attrgetter("start_time", "job_id")
+_HELD = attrgetter("held")
+_END = attrgetter("expected_end")
 
 
 @dataclass
@@ -36,20 +40,37 @@ class Workspace:
     ncpus: int
     cfg: PolicyConfig
     running: dict[int, RunningJob]
-    queue: list[QueuedJob]  # arrival order
+    waiting: tuple[QueuedJob, ...]  # the snapshot's queue, in arrival order; started jobs are in `gone`
     decisions: list[Decision] = field(default_factory=list)
     touched: set[int] = field(default_factory=set)  # acted on for an expired window in this call
-    long_queued: int = 0  # long jobs in the queue, kept up to date (FJT asks for every job)
+    # Kept up to date by the decisions instead of recomputed on every question: a decide() call asks
+    # for them once per queued job, and the simulator's queues hold thousands.
+    _used: int = -1  # CPUs held by active jobs at their minimum partitions
+    gone: set[int] = field(default_factory=set)  # queued jobs started in this call
+    _ordered: list[QueuedJob] | None = None
+    _ordered_gone: int = 0  # len(gone) when _ordered was last filtered
+    _long_queued: int = -1
 
     @classmethod
     def from_snapshot(cls, snapshot: Snapshot, cfg: PolicyConfig) -> Workspace:
         # Sorted by start so that the result never depends on the order the driver listed them in.
-        running = sorted(snapshot.running, key=lambda r: (r.start_time, r.job_id))
-        queue = list(snapshot.queue)
-        longs = sum(1 for j in queue if j.job_class == "long")
-        return cls(snapshot.now, snapshot.ncpus, cfg, {r.job_id: r for r in running}, queue, long_queued=longs)
+        running = sorted(snapshot.running, key=_START_KEY)
+        ws = cls(snapshot.now, snapshot.ncpus, cfg, {r.job_id: r for r in running}, snapshot.queue)
+        ws._used = sum(map(_HELD, running))
+        return ws
 
     # --- what the machine looks like -------------------------------------------------------------
+
+    @property
+    def long_queued(self) -> int:
+        """Long jobs in the queue (FJT asks for every job)."""
+        if self._long_queued < 0:
+            self._long_queued = sum(1 for j in self.ordered() if j.job_class == "long")
+        return self._long_queued
+
+    @property
+    def queue_length(self) -> int:
+        return len(self.waiting) - len(self.gone)
 
     def active(self) -> list[RunningJob]:
         """Running, not suspended, oldest start first."""
@@ -59,29 +80,40 @@ class Workspace:
         return [r for r in self.running.values() if r.suspended]
 
     def ordered(self) -> list[QueuedJob]:
-        return ordered_queue(self.queue, self.cfg.order)
+        """The queue in priority order (a copy: callers may keep it while jobs start)."""
+        # Started jobs are filtered out here, once per batch of starts, not removed one by one.
+        if self._ordered is None:
+            self._ordered = ordered_queue(self.waiting, self.cfg.order)
+            self._ordered_gone = 0
+        if self._ordered_gone != len(self.gone):
+            gone = self.gone
+            self._ordered = [j for j in self._ordered if j.job_id not in gone]
+            self._ordered_gone = len(gone)
+        return list(self._ordered)
 
     def free_now(self, mpl_changes: dict[int, int] | None = None) -> int:
         """CPUs left once every running job is shrunk to its minimum partition."""
-        changes = mpl_changes or {}
-        used = sum(minimum_partition(r.nranks, changes.get(r.job_id, r.max_mpl)) for r in self.active())
+        used = self._used
+        for jid, mpl in (mpl_changes or {}).items():
+            r = self.running[jid]
+            if not r.suspended:
+                used += minimum_partition(r.nranks, mpl) - minimum_partition(r.nranks, r.max_mpl)
         return self.ncpus - used
 
     def fits(self, job_id: int, shape: Shape, mpl_changes: dict[int, int] | None = None) -> bool:
-        """Whether the CPU manager would admit the job now (with some running jobs' max MPL changed)."""
-        changes = mpl_changes or {}
-        shapes = [JobShape(r.job_id, r.nranks, changes.get(r.job_id, r.max_mpl)) for r in self.active()]
-        shapes.append(JobShape(job_id, shape.nranks, shape.max_mpl))
-        try:
-            check_admission(shapes, self.ncpus)
-        except AdmissionError:
-            return False
-        return True
+        """Whether the CPU manager would admit the job now (with some running jobs' max MPL changed):
+        check_admission's rule, the minimum partitions of all of them fit in the machine."""
+        return shape.cpus <= self.free_now(mpl_changes)
 
     def profile(self) -> FreeProfile:
         """Free CPUs from now on as running jobs reach their estimated ends."""
-        releases = [(expected_end(r), min_cpus(r)) for r in self.active()]
-        return FreeProfile(self.now, self.free_now(), releases)
+        active = self.active()
+        return FreeProfile(self.now, self.free_now(), zip(map(_END, active), map(_HELD, active), strict=True))
+
+    def _replace_running(self, job: RunningJob) -> None:
+        old = self.running.get(job.job_id)
+        self._used += min_cpus(job) - (min_cpus(old) if old is not None else 0)
+        self.running[job.job_id] = job
 
     # --- decisions -------------------------------------------------------------------------------
 
@@ -95,25 +127,28 @@ class Workspace:
     ) -> None:
         estimate = estimate_at(job, shape.nranks)
         window_end = self.now + estimate if window else None
-        self.queue.remove(job)
-        self.long_queued -= job.job_class == "long"
-        self.running[job.job_id] = RunningJob(
-            job_id=job.job_id,
-            nranks=shape.nranks,
-            max_mpl=shape.max_mpl,
-            cpus=shape.cpus,
-            start_time=self.now,
-            estimate=estimate,
-            job_class=job.job_class,
-            backfilled=backfilled,
-            window_end=window_end,
-            submit_time=job.submit_time,
-            max_mpl_cap=job.max_mpl,
+        self.gone.add(job.job_id)
+        if self._long_queued >= 0:
+            self._long_queued -= job.job_class == "long"
+        self._replace_running(
+            RunningJob(
+                job_id=job.job_id,
+                nranks=shape.nranks,
+                max_mpl=shape.max_mpl,
+                cpus=shape.cpus,
+                start_time=self.now,
+                estimate=estimate,
+                job_class=job.job_class,
+                backfilled=backfilled,
+                window_end=window_end,
+                submit_time=job.submit_time,
+                max_mpl_cap=job.max_mpl,
+            )
         )
         self.decisions.append(Start(job.job_id, shape.nranks, shape.max_mpl, backfilled, window_end, reason, estimate))
 
     def set_max_mpl(self, job_id: int, max_mpl: int, reason: str) -> None:
-        self.running[job_id] = replace(self.running[job_id], max_mpl=max_mpl)
+        self._replace_running(replace(self.running[job_id], max_mpl=max_mpl))
         # A job started in this same call is started with the new max MPL instead.
         for i, d in enumerate(self.decisions):
             if isinstance(d, Start) and d.job_id == job_id:
@@ -124,15 +159,15 @@ class Workspace:
     def abort(self, job_id: int, reason: str) -> None:
         # The requeued job is back in the next snapshot's queue, not in this one: restarting it in
         # the same call would only undo the abort.
-        del self.running[job_id]
+        self._used -= min_cpus(self.running.pop(job_id))
         self.touched.add(job_id)
         self.decisions.append(Abort(job_id, True, reason))
 
     def suspend(self, job_id: int, reason: str) -> None:
-        self.running[job_id] = replace(self.running[job_id], suspended=True)
+        self._replace_running(replace(self.running[job_id], suspended=True))
         self.touched.add(job_id)
         self.decisions.append(Suspend(job_id, reason))
 
     def resume(self, job_id: int, window_end: float | None, reason: str) -> None:
-        self.running[job_id] = replace(self.running[job_id], suspended=False, window_end=window_end)
+        self._replace_running(replace(self.running[job_id], suspended=False, window_end=window_end))
         self.decisions.append(Resume(job_id, window_end, reason))

@@ -1,0 +1,279 @@
+"""The discrete-event driver of the decision core: arrivals, finishes and window expiries on a clock.
+
+It is the second driver of the policies (the launcher daemon is the first, STYLE.md 2) and does what
+the daemon does, on a simulated clock: at every instant it takes in the finishes and arrivals, builds a
+Snapshot, applies decide()'s decisions to its own bookkeeping, and sizes partitions with the CPU
+manager's partition_sizes, letting running jobs expand into idle CPUs exactly when the daemon's shared
+rule (core.hold_idle_cpus) lets them. Each job advances at the rate its runtime model gives for its
+current shape.
+
+Why it is written for speed (archive logs of 10^5 jobs): a job's end is recomputed only when its
+partition changes (lazy progress, a heap of ends), the RunningJob views are kept and replaced only on a
+change, and partition_sizes is called only over the jobs that can change size (a job whose minimum
+partition is its rank count always holds exactly that many CPUs, so it only reduces the CPUs left).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, replace
+
+from vmsched.cpumanager.partition import JobShape, minimum_partition, partition_sizes
+from vmsched.launcher.policy.config import PolicyConfig
+from vmsched.launcher.policy.core import decide, hold_idle_cpus, next_event_time
+from vmsched.launcher.policy.decisions import Abort, Decision, Resume, SetMaxMpl, Start, Suspend
+from vmsched.launcher.policy.sizes import estimate_at
+from vmsched.launcher.policy.snapshot import QueuedJob, RunningJob, Snapshot
+
+# Seconds the whole job would take if it ran with `nranks` ranks on `cpus` CPUs from start to end.
+RuntimeModel = Callable[[QueuedJob, int, int], float]
+
+
+def folding_runtime(job: QueuedJob, nranks: int, cpus: int) -> float:
+    """The estimate, with perfect speedup to nranks, and ranks sharing CPUs slowed by nranks/cpus."""
+    return estimate_at(job, nranks) * max(1.0, nranks / cpus)
+
+
+@dataclass
+class JobRecord:
+    """One job's outcome; for an aborted and restarted job, its last run."""
+
+    job_id: int
+    submit: float
+    start: float
+    end: float
+    nranks: int
+    backfilled: bool
+    history: list[tuple[float, int, int]] = field(default_factory=list)  # (time, max MPL, CPUs)
+    aborts: int = 0
+    cpu_seconds: float = 0.0  # of its last run
+
+    @property
+    def wait(self) -> float:
+        return self.start - self.submit
+
+    @property
+    def response(self) -> float:
+        return self.end - self.submit
+
+
+@dataclass
+class _Run:
+    """A started job: its snapshot view, and how far it got (the fraction left at t_mark)."""
+
+    job: QueuedJob
+    view: RunningJob
+    left: float = 1.0
+    t_mark: float = 0.0
+    duration: float = math.inf  # the whole job's run time at its current shape; inf while it holds no CPU
+    end: float = math.inf
+    version: int = 0
+    cpu_seconds: float = 0.0
+    history: list[tuple[float, int, int]] = field(default_factory=list)
+
+    @property
+    def elastic(self) -> bool:
+        """Whether its partition can change size (its minimum is below its rank count)."""
+        v = self.view
+        return not v.suspended and minimum_partition(v.nranks, v.max_mpl) < v.nranks
+
+
+class Simulation:
+    """One run of a workload under one policy; `run()` returns the records sorted by job id."""
+
+    def __init__(
+        self,
+        jobs: Iterable[QueuedJob],
+        ncpus: int,
+        cfg: PolicyConfig,
+        runtime_model: RuntimeModel = folding_runtime,
+        on_decide: Callable[[Snapshot, list[Decision]], None] | None = None,
+        max_events: int = 10_000_000,
+        progress: Callable[[int], None] | None = None,
+    ) -> None:
+        self.pending = sorted(jobs, key=lambda j: (j.submit_time, j.job_id))
+        self.ncpus, self.cfg, self.model = ncpus, cfg, runtime_model
+        self.on_decide, self.max_events, self.progress = on_decide, max_events, progress
+        self.queue: dict[int, QueuedJob] = {}  # arrival order; a dict so that a start is O(1)
+        self.running: dict[int, _Run] = {}
+        self.views: dict[int, RunningJob] = {}  # job id -> its view, in start order
+        self.ends: list[tuple[float, int, int]] = []  # heap of (end, job id, version)
+        self.records: dict[int, JobRecord] = {}
+        self.aborts: dict[int, int] = {}
+        self.fixed_cpus = 0  # CPUs held by running jobs that cannot change size
+        self.elastic: set[int] = set()
+        self.now = self.pending[0].submit_time if self.pending else 0.0
+
+    def snapshot(self) -> Snapshot:
+        return Snapshot(self.now, self.ncpus, tuple(self.queue.values()), tuple(self.views.values()))
+
+    def run(self) -> list[JobRecord]:
+        pending, nxt = self.pending, 0
+        for _ in range(self.max_events):
+            while nxt < len(pending) and pending[nxt].submit_time <= self.now:
+                self.queue[pending[nxt].job_id] = pending[nxt]
+                nxt += 1
+            snap = self.snapshot()
+            decisions = decide(snap, self.cfg)
+            for d in decisions:
+                self._apply(d)
+            after = self.snapshot if decisions else (lambda s=snap: s)
+            self._repartition(after)
+            if self.on_decide is not None:
+                self.on_decide(snap, decisions)
+            if nxt == len(pending) and not self.queue and not self.running:
+                break
+            wake = next_event_time(after(), self.cfg) if self.expiring() else None
+            t_next = min(
+                pending[nxt].submit_time if nxt < len(pending) else math.inf,
+                math.inf if wake is None else wake,
+                self._next_end(),
+            )
+            if t_next == math.inf:
+                stuck = sorted(self.queue) or sorted(self.running)
+                raise RuntimeError(f"simulation stuck at t={self.now:g}: jobs {stuck} can never start or finish")
+            self.now = t_next
+            self._finish_due()
+        else:
+            raise RuntimeError(f"simulation did not end within {self.max_events} events")
+        return [self.records[jid] for jid in sorted(self.records)]
+
+    # -- finishing ---------------------------------------------------------------------------------
+    def _next_end(self) -> float:
+        ends, running = self.ends, self.running
+        while ends:
+            end, jid, version = ends[0]
+            run = running.get(jid)
+            if run is not None and run.version == version:
+                return end
+            heapq.heappop(ends)  # stale: the job's shape changed or it is gone
+        return math.inf
+
+    def _finish_due(self) -> None:
+        ends, running = self.ends, self.running
+        while ends and ends[0][0] <= self.now:
+            end, jid, version = heapq.heappop(ends)
+            run = running.get(jid)
+            if run is None or run.version != version:
+                continue
+            self._remove(run)
+            v = run.view
+            cpu_seconds = run.cpu_seconds + v.cpus * (self.now - run.t_mark)
+            self.records[jid] = JobRecord(jid, run.job.submit_time, v.start_time, self.now, v.nranks, v.backfilled,
+                                          run.history, self.aborts.get(jid, 0), cpu_seconds)  # fmt: skip
+            if self.progress is not None:
+                self.progress(len(self.records))
+
+    # -- applying decisions ------------------------------------------------------------------------
+    def _apply(self, d: Decision) -> None:
+        if isinstance(d, Start):
+            job = self.queue.pop(d.job_id)
+            # A job that cannot change size holds its rank count from the start; the others get theirs
+            # when partitions are sized, below.
+            cpus = d.nranks if minimum_partition(d.nranks, d.max_mpl) == d.nranks else 0
+            view = RunningJob(d.job_id, d.nranks, d.max_mpl, cpus, self.now, d.estimate, job.job_class, d.backfilled,
+                              d.window_end, False, job.submit_time, job.max_mpl)  # fmt: skip
+            run = _Run(job, view, t_mark=self.now)
+            self.running[d.job_id] = run
+            self.views[d.job_id] = view
+            self._add(run)
+        elif isinstance(d, SetMaxMpl):
+            self._change(self.running[d.job_id], max_mpl=d.max_mpl)
+        elif isinstance(d, Abort):
+            run = self.running[d.job_id]
+            self._remove(run)  # its work is lost: a requeued job starts from scratch
+            self.aborts[d.job_id] = self.aborts.get(d.job_id, 0) + 1
+            if d.requeue:
+                self.queue[run.job.job_id] = run.job
+        elif isinstance(d, Suspend):
+            self._change(self.running[d.job_id], suspended=True)
+        elif isinstance(d, Resume):
+            self._change(self.running[d.job_id], suspended=False, window_end=d.window_end)
+
+    def _add(self, run: _Run) -> None:
+        v = run.view
+        if run.elastic:
+            self.elastic.add(v.job_id)
+        elif not v.suspended:
+            # A job that cannot change size holds exactly its rank count from now on.
+            self.fixed_cpus += v.nranks
+            self._hold(run, v.nranks)
+
+    def _remove(self, run: _Run, popped: bool = False) -> None:
+        jid = run.view.job_id
+        if not popped:
+            del self.running[jid]
+            del self.views[jid]
+        if jid in self.elastic:
+            self.elastic.discard(jid)
+        elif not run.view.suspended:
+            self.fixed_cpus -= run.view.nranks
+
+    def _change(self, run: _Run, **changes: object) -> None:
+        self._remove(run, popped=True)
+        self._set_view(run, replace(run.view, **changes))
+        if run.view.suspended:
+            self._hold(run, 0)
+        self._add(run)
+
+    def _set_view(self, run: _Run, view: RunningJob) -> None:
+        run.view = view
+        self.views[view.job_id] = view
+
+    # -- partitions and progress -------------------------------------------------------------------
+    def _account(self, run: _Run) -> None:
+        """Bring the job's progress and CPU-seconds up to now."""
+        dt = self.now - run.t_mark
+        if dt > 0:
+            if run.duration != math.inf:
+                run.left -= dt / run.duration
+            run.cpu_seconds += run.view.cpus * dt
+        run.t_mark = self.now
+
+    def _hold(self, run: _Run, cpus: int) -> None:
+        """From now on the job holds `cpus` CPUs: new rate, new end."""
+        v = run.view
+        if run.history and run.history[-1][1:] == (v.max_mpl, cpus) and v.cpus == cpus:
+            return
+        self._account(run)
+        if v.cpus != cpus:
+            self._set_view(run, replace(v, cpus=cpus))
+        run.history.append((self.now, run.view.max_mpl, cpus))
+        run.duration = self.model(run.job, v.nranks, cpus) if cpus > 0 else math.inf
+        run.version += 1
+        run.end = self.now + run.left * run.duration if cpus > 0 else math.inf
+        if run.end != math.inf:
+            heapq.heappush(self.ends, (max(run.end, self.now), v.job_id, run.version))
+
+    def expiring(self) -> bool:
+        """Whether a window may expire (next_event_time's question is then worth asking)."""
+        return any(v.window_end is not None for v in self.views.values())
+
+    def _repartition(self, after: Callable[[], Snapshot]) -> None:
+        """Partition sizes as the CPU manager computes them (oldest job first); raises if a policy
+        over-admitted."""
+        if not self.elastic:
+            if self.fixed_cpus > self.ncpus:
+                raise RuntimeError(f"t={self.now:g}: running jobs need {self.fixed_cpus} of {self.ncpus} CPUs")
+            return
+        runs = sorted((self.running[jid] for jid in self.elastic), key=lambda r: (r.view.start_time, r.view.job_id))
+        shapes = [JobShape(r.view.job_id, r.view.nranks, r.view.max_mpl, r.view.cpus) for r in runs]
+        expand = not hold_idle_cpus(after(), self.cfg)
+        sizes = partition_sizes(shapes, self.ncpus - self.fixed_cpus, queue_empty=expand)
+        for r in runs:
+            self._hold(r, sizes[r.view.job_id])
+
+
+def simulate(
+    jobs: Iterable[QueuedJob],
+    ncpus: int,
+    cfg: PolicyConfig,
+    runtime_model: RuntimeModel = folding_runtime,
+    on_decide: Callable[[Snapshot, list[Decision]], None] | None = None,
+    max_events: int = 10_000_000,
+    progress: Callable[[int], None] | None = None,
+) -> list[JobRecord]:
+    """Run the jobs (submit_time = arrival) through the policy; records sorted by job id."""
+    return Simulation(jobs, ncpus, cfg, runtime_model, on_decide, max_events, progress).run()
