@@ -17,7 +17,7 @@ import math
 
 from vmsched.cpumanager.partition import minimum_partition
 
-from .sizes import Shape, allowed_up_to, largest_allowed, mpl_cap, percentage_offers
+from .sizes import Shape, allowed_up_to, estimate_at, largest_allowed, mpl_cap, percentage_offers
 from .snapshot import QueuedJob, RunningJob
 from .workspace import Workspace
 
@@ -256,6 +256,31 @@ class Fjt(StartRule):
         return False
 
 
+class SaStart(StartRule):
+    """SA request selection (Cirne & Berman's "Supercomputer AppLeS", metrics dissertation), again at
+    every start or backfill opportunity: of the job's allowed sizes, the one with the smallest predicted
+    response time, i.e. predicted start (the earliest slot in the conservative profile of the running
+    jobs) plus its estimated run time at that size; it starts when that slot is now. Max MPL 1."""
+
+    name = "sa-start"
+
+    def best(self, job: QueuedJob, ws: Workspace) -> Shape:
+        profile = ws.profile()
+        choices = []
+        for n in job.procs:
+            shape = Shape(n, 1)
+            if shape.cpus > ws.ncpus:
+                continue
+            duration = estimate_at(job, n)
+            start = profile.earliest_start(shape.cpus, duration)
+            if start is not None:
+                choices.append((start + duration, -n, shape))
+        return min(choices)[2] if choices else Shape(job.procs[-1], 1)
+
+    def shapes(self, job: QueuedJob, ws: Workspace) -> list[Shape]:
+        return [self.best(job, ws)]
+
+
 RULES: dict[str, StartRule] = {
-    rule.name: rule for rule in (Rigid(), PercentageOffers(), AspMax(), Psa(), Folding(), Fjt())
+    rule.name: rule for rule in (Rigid(), PercentageOffers(), AspMax(), Psa(), Folding(), Fjt(), SaStart())
 }

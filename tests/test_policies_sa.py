@@ -1,0 +1,30 @@
+"""SA request selection (sa-start): the allowed size with the smallest predicted response time, where the
+prediction is the earliest slot in the profile of running jobs plus the estimate at that size."""
+
+from __future__ import annotations
+
+from tests.test_policies import q, r, run, snap
+
+
+def test_a_short_job_takes_the_smaller_size_that_starts_now() -> None:
+    # 4 of 8 CPUs busy until t=100. At 8 ranks the job (estimate 50 at 8) would respond at 100 + 50;
+    # at 4 ranks it starts now and runs 100: responds at 100. SA picks 4, now.
+    s = snap(8, [q(1, (8, 4), est=50.0, submit=0.0)], [r(9, 4, est=100.0)])
+    assert run("sa-start", s) == [("start", 1, 4, 1)]
+
+
+def test_a_long_job_waits_for_the_size_that_responds_sooner() -> None:
+    # Estimate 200 at 8 ranks: waiting for all 8 responds at 300, 4 ranks now at 400. SA waits.
+    s = snap(8, [q(1, (8, 4), est=200.0, submit=0.0)], [r(9, 4, est=100.0)])
+    assert run("sa-start", s) == []
+
+
+def test_the_reservation_is_for_the_chosen_size_and_backfilling_respects_it() -> None:
+    # The head waits for 8 CPUs at t=100; a 4-rank job of 150 s would delay it, one of 100 s does not.
+    head, long_, short = (
+        q(1, (8, 4), est=200.0, submit=0.0),
+        q(2, 4, est=150.0, submit=1.0),
+        q(3, 4, est=100.0, submit=2.0),
+    )
+    s = snap(8, [head, long_, short], [r(9, 4, est=100.0)])
+    assert run("sa-start+easy:none", s) == [("start", 3, 4, 1, ("bf", 100.0))]
