@@ -45,8 +45,15 @@ def reservations(
 def backfill(ws: Workspace, rule: StartRule, head: QueuedJob) -> None:
     """Start (or resume) jobs behind `head` that delay no reservation; `head` itself was refused."""
     suspended = ws.suspended()
-    if ws.free_now() <= 0 and not suspended:
-        return  # nothing can start or continue now: no need to plan
+    # This runs over the whole queue at every pass, so jobs are first checked against cheap bounds: no
+    # shape of a job needs fewer CPUs than its smallest count folded as far as any policy may fold it
+    # (`floor`), nor runs shorter than its estimate at full size. With no job in reach of the free
+    # CPUs and none suspended, nothing can start or continue now, and no plan is needed.
+    free, limit = ws.free_now(), ws.cfg.max_mpl_limit
+    room = free * limit
+    in_reach = [j for j in ws.ordered() if j.floor_cpus <= free and j.min_procs <= room and j is not head]
+    if not in_reach and not suspended:
+        return
     depth = DEPTHS[ws.cfg.backfill]
     profile, plan = reservations(ws, rule, depth)
 
@@ -61,17 +68,10 @@ def backfill(ws: Workspace, rule: StartRule, head: QueuedJob) -> None:
             until, held = ws.now + duration, _describe_plan(plan, head, depth, r.job_id)
             ws.resume(r.job_id, until, f"{ws.cfg.backfill} backfill: resume until t={until:g} {held}")
 
-    # This loop runs over the whole queue at every pass, so a job is first checked against cheap
-    # bounds: no shape of it needs fewer CPUs than its smallest count folded as far as any policy may
-    # fold it (`floor`), nor runs shorter than its estimate at full size. (A job holding a reservation
-    # is checked without it, below.)
-    free, limit = ws.free_now(), ws.cfg.max_mpl_limit
-    room, span = free * limit, profile.spans(max(free, 0))
-    candidates = [
-        j
-        for j in ws.ordered()
-        if j.floor_cpus <= free and j.min_procs <= room and (j.estimate <= span[j.floor_cpus] or j.job_id in plan)
-    ]
+    # A job holding a reservation is checked without it, below.
+    span = profile.spans(max(free, 0))  # `free` from before the resumptions: in_reach's bound
+    free = ws.free_now()
+    candidates = [j for j in in_reach if j.estimate <= span[j.floor_cpus] or j.job_id in plan]
     for job in candidates:
         if free <= 0:
             break  # every shape needs a CPU: nothing else can start now
