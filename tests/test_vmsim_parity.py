@@ -74,3 +74,30 @@ def test_the_daemon_and_vmsim_decide_the_same_at_every_instant(tmp_path: Path, s
         assert hold_idle_cpus(daemon, cfg) == hold_idle_cpus(snap, cfg)
         acted.update(type(d).__name__ for d in decisions)
     assert "Start" in acted and len(acted) >= 2, acted  # not only starts: the policy acted on running jobs
+
+
+@pytest.mark.parametrize(
+    "spec", ["fcfs+conservative:abort", "moldable+conservative:suspend", "folding+conservative:none"]
+)
+@pytest.mark.parametrize("factor", [1.0, 0.6, 1.4])  # jobs end on time, early (compression), late (expiry)
+def test_carrying_the_conservative_plan_over_changes_no_decision(
+    spec: str, factor: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from vmsched.launcher.policy import plan_cache
+
+    def decisions(enabled: bool) -> list:
+        plan_cache.ENABLED, plan_cache._last = enabled, None
+        seen: list = []
+        model = lambda j, n, c: factor * folding_runtime(j, n, c)  # noqa: E731
+        simulate(_workload(5, n=60), 8, parse_policy_spec(spec), model, on_decide=lambda s, d: seen.append((s.now, d)))
+        return seen
+
+    reused = []
+    check = plan_cache._reusable
+    monkeypatch.setattr(plan_cache, "_reusable", lambda ws, rule: reused.append(check(ws, rule)) or reused[-1])
+    try:
+        assert decisions(True) == decisions(False)
+    finally:
+        plan_cache.ENABLED = True
+    if factor == 1.0:
+        assert sum(p is not None for p in reused) > 10, "the plan was never carried over: nothing was compared"

@@ -4,14 +4,15 @@ EASY (aggressive, [Lifk94]) reserves for the first job of the queue only; conser
 reserves for every queued job, in priority order. A job may then start ahead of its turn only if it fits
 now and, over its estimated run time, takes no CPUs that a reservation needs. A conservative job that
 holds a reservation gives it up to be tested, and gets it back when it cannot start now. Reservations
-are recomputed from scratch on every call, so when a job ends early the queue is compressed in
-priority order.
+are as if recomputed from scratch on every call (plan_cache reuses the last call's only where that gives
+the same), so when a job ends early the queue is compressed in priority order.
 """
 
 from __future__ import annotations
 
 import math
 
+from . import plan_cache
 from .profile import FreeProfile
 from .sizes import Shape, estimate_at
 from .snapshot import QueuedJob
@@ -55,7 +56,10 @@ def backfill(ws: Workspace, rule: StartRule, head: QueuedJob) -> None:
     if not in_reach and not suspended:
         return
     depth = DEPTHS[ws.cfg.backfill]
-    profile, plan = reservations(ws, rule, depth)
+    if depth == math.inf:
+        profile, plan, order = plan_cache.plan(ws, rule)
+    else:
+        profile, plan = reservations(ws, rule, depth)
 
     # Suspended jobs first: they already ran and hold memory. Their progress is unknown, so they are
     # expected to need their whole estimate again.
@@ -68,10 +72,15 @@ def backfill(ws: Workspace, rule: StartRule, head: QueuedJob) -> None:
             until, held = ws.now + duration, _describe_plan(plan, head, depth, r.job_id)
             ws.resume(r.job_id, until, f"{ws.cfg.backfill} backfill: resume until t={until:g} {held}")
 
-    # A job holding a reservation is checked without it, below.
+    # Another bound, from the profile: at least `floor` CPUs must stay free from now for the job's
+    # shortest run; a job holding a reservation [s, e) gets its own CPUs back only from s on.
     span = profile.spans(max(free, 0))  # `free` from before the resumptions: in_reach's bound
     free = ws.free_now()
-    candidates = [j for j in in_reach if j.estimate <= span[j.floor_cpus] or j.job_id in plan]
+    candidates = []
+    for j in in_reach:
+        own = plan.get(j.job_id)
+        if (j.estimate if own is None else min(j.estimate, own[0] - ws.now)) <= span[j.floor_cpus]:
+            candidates.append(j)
     for job in candidates:
         if free <= 0:
             break  # every shape needs a CPU: nothing else can start now
@@ -93,6 +102,8 @@ def backfill(ws: Workspace, rule: StartRule, head: QueuedJob) -> None:
                     break
         if own is not None:
             profile.reserve(*own)
+    if depth == math.inf:
+        plan_cache.remember(ws, profile, order)
 
 
 def _describe_plan(plan: dict[int, tuple[float, float, int]], head: QueuedJob, depth: float, job_id: int) -> str:

@@ -34,6 +34,14 @@ class FreeProfile:
         self._times, self._free = times, free
         self._horizon: dict[int, float] = {}  # cpus -> first time fewer are free; cleared on change
 
+    def truncated(self, now: float) -> FreeProfile:
+        """The same profile from `now` (>= self.now) on."""
+        i = max(0, bisect_right(self._times, now) - 1)
+        out = FreeProfile(now, self._free[i])
+        out._times = [now, *self._times[i + 1 :]]
+        out._free = self._free[i:]
+        return out
+
     def _split(self, when: float) -> int:
         """Index of the step starting exactly at `when` (>= now), inserting a breakpoint if needed."""
         i = bisect_right(self._times, when) - 1
@@ -44,10 +52,11 @@ class FreeProfile:
         return i + 1
 
     def _add(self, start: float, end: float, delta: int) -> None:
+        start = max(start, self.now)  # the past is not in the profile (a slot may have begun before now)
         if delta == 0 or end <= start:
             return
         self._horizon.clear()
-        i = self._split(max(start, self.now))
+        i = self._split(start)
         j = len(self._times) if end == math.inf else self._split(end)
         for k in range(i, j):
             self._free[k] += delta

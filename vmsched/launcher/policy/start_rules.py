@@ -24,6 +24,9 @@ from .workspace import Workspace
 
 class StartRule:
     name = ""
+    # Whether `preferred` depends on more than the job, the machine size and the config (the queue, the
+    # profile): a conservative plan can then not be carried over to the next pass.
+    preferred_depends_on_state = False
 
     def shapes(self, job: QueuedJob, ws: Workspace) -> list[Shape]:
         """Shapes the rule accepts for the job now, best first."""
@@ -101,6 +104,7 @@ class Psa(StartRule):
     arrivals make the share smaller. Max MPL 1."""
 
     name = "psa"
+    preferred_depends_on_state = True
 
     @staticmethod
     def target(job: QueuedJob, ws: Workspace) -> int:
@@ -182,6 +186,7 @@ class Fjt(StartRule):
     """
 
     name = "fjt"
+    preferred_depends_on_state = True
 
     def long_mpl(self, ws: Workspace, user_cap: int | None) -> int:
         return min(ws.cfg.fjt_long_mpl, mpl_cap(ws.cfg, user_cap))
@@ -263,6 +268,7 @@ class SaStart(StartRule):
     jobs) plus its estimated run time at that size; it starts when that slot is now. Max MPL 1."""
 
     name = "sa-start"
+    preferred_depends_on_state = True
 
     def best(self, job: QueuedJob, ws: Workspace) -> Shape:
         profile = ws.profile()
