@@ -28,3 +28,19 @@ def test_the_reservation_is_for_the_chosen_size_and_backfilling_respects_it() ->
     )
     s = snap(8, [head, long_, short], [r(9, 4, est=100.0)])
     assert run("sa-start+easy:none", s) == [("start", 3, 4, 1, ("bf", 100.0))]
+
+
+def test_sa_submit_molds_a_new_job_once_and_it_then_waits_for_that_size() -> None:
+    from vmsched.launcher.policy import Mold, parse_policy_spec
+    from vmsched.launcher.policy.core import decide
+
+    # Estimate 200 at 8 ranks: 8 ranks respond at 300, 4 ranks now at 400: molded to 8, and it waits.
+    s = snap(8, [q(1, (8, 4), est=200.0, submit=0.0)], [r(9, 4, est=100.0)])
+    decisions = decide(s, parse_policy_spec("sa-submit"))
+    assert [(type(d), d.job_id, d.nranks) for d in decisions] == [(Mold, 1, 8)]
+    # A molded job is rigid: the next pass leaves its size alone even when 4 ranks would now respond sooner.
+    later = snap(8, [q(1, 8, est=200.0, submit=0.0)], [r(9, 4, est=1000.0)])
+    assert run("sa-submit", later) == []
+    assert run("sa-start", snap(8, [q(1, (8, 4), est=200.0, submit=0.0)], [r(9, 4, est=1000.0)])) == [
+        ("start", 1, 4, 1)
+    ]

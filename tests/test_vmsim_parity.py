@@ -56,7 +56,10 @@ def _daemon_snapshot(snap: Snapshot, tmp: Path, cfg_spec: str) -> Snapshot:
         store.close()
 
 
-@pytest.mark.parametrize("spec", ["fjt+easy:malleable", "fcfs+easy:abort", "folding+conservative:suspend"])
+@pytest.mark.parametrize(
+    "spec",
+    ["fjt+easy:malleable", "fcfs+easy:abort", "folding+conservative:suspend", "sa-submit+easy:abort", "sa-start"],
+)
 def test_the_daemon_and_vmsim_decide_the_same_at_every_instant(tmp_path: Path, spec: str) -> None:
     cfg = parse_policy_spec(spec)
     seen: list[tuple[Snapshot, list]] = []
@@ -73,7 +76,9 @@ def test_the_daemon_and_vmsim_decide_the_same_at_every_instant(tmp_path: Path, s
         assert decide(daemon, cfg) == decisions, f"instant {i} (t={snap.now:g})"
         assert hold_idle_cpus(daemon, cfg) == hold_idle_cpus(snap, cfg)
         acted.update(type(d).__name__ for d in decisions)
-    assert "Start" in acted and len(acted) >= 2, acted  # not only starts: the policy acted on running jobs
+    assert "Start" in acted, acted
+    if "+" in spec:  # not only starts: the policy acted on running jobs (or molded queued ones)
+        assert len(acted) >= 2, acted
 
 
 @pytest.mark.parametrize(

@@ -7,6 +7,7 @@ clock.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import pwd
@@ -23,7 +24,7 @@ from vmsched.cpumanager.client import CpuManagerClient
 from vmsched.launcher import runner
 from vmsched.launcher.policy.config import PolicyConfig, parse_policy_spec
 from vmsched.launcher.policy.core import can_ever_start, decide, hold_idle_cpus, next_event_time
-from vmsched.launcher.policy.decisions import Abort, Decision, Resume, SetMaxMpl, Start, Suspend
+from vmsched.launcher.policy.decisions import Abort, Decision, Mold, Resume, SetMaxMpl, Start, Suspend
 from vmsched.launcher.policy.snapshot import QueuedJob, RunningJob, Snapshot
 from vmsched.launcher.requests import RequestError, validate_submission
 from vmsched.launcher.store import ACTIVE, FINISHED, JobRecord, Store
@@ -375,6 +376,8 @@ class Launcher:
         elif isinstance(d, Resume):
             self.cpu.resume(d.job_id)
             self.store.update(d.job_id, "resume", {"why": d.reason}, suspended=0, window_end=d.window_end)
+        elif isinstance(d, Mold):
+            self.store.update(d.job_id, "mold", {"nranks": d.nranks, "why": d.reason}, procs=json.dumps([d.nranks]))
 
     def start(self, d: Start, now: float) -> None:
         job = self.store.job(d.job_id)

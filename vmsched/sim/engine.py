@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 from vmsched.cpumanager.partition import JobShape, minimum_partition, partition_sizes
 from vmsched.launcher.policy.config import PolicyConfig
 from vmsched.launcher.policy.core import decide, hold_idle_cpus, next_event_time
-from vmsched.launcher.policy.decisions import Abort, Decision, Resume, SetMaxMpl, Start, Suspend
+from vmsched.launcher.policy.decisions import Abort, Decision, Mold, Resume, SetMaxMpl, Start, Suspend
 from vmsched.launcher.policy.sizes import estimate_at
 from vmsched.launcher.policy.snapshot import QueuedJob, RunningJob, Snapshot
 
@@ -191,6 +191,8 @@ class Simulation:
             self._change(self.running[d.job_id], suspended=True)
         elif isinstance(d, Resume):
             self._change(self.running[d.job_id], suspended=False, window_end=d.window_end)
+        elif isinstance(d, Mold):
+            self.queue[d.job_id] = replace(self.queue[d.job_id], procs=(d.nranks,))
 
     def _add(self, run: _Run) -> None:
         v = run.view

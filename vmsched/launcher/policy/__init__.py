@@ -7,7 +7,7 @@ backfilling depth × window-expiry action, named by a spec such as ``fjt+easy:ma
 
 from .config import BACKFILLS, EXPIRIES, ORDERS, POLICIES, PolicyConfig, parse_policy_spec
 from .core import can_ever_start, decide, next_event_time
-from .decisions import Abort, Decision, Resume, SetMaxMpl, Start, Suspend
+from .decisions import Abort, Decision, Mold, Resume, SetMaxMpl, Start, Suspend
 from .snapshot import QueuedJob, RunningJob, Snapshot
 
 __all__ = [
@@ -17,6 +17,7 @@ __all__ = [
     "POLICIES",
     "Abort",
     "Decision",
+    "Mold",
     "PolicyConfig",
     "QueuedJob",
     "Resume",

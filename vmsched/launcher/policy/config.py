@@ -11,9 +11,9 @@ import re
 from dataclasses import dataclass, fields, replace
 
 # Start rules (which size, which max MPL, start now or wait). "moldable" is FCFS with the
-# percentage-of-request offers of the moldable-deadline paper; "sa-start" is the SA request selection of
-# Cirne & Berman; the others are thesis ch. 5 §5.4.1.
-POLICIES = ("fcfs", "moldable", "asp-max", "psa", "folding", "fjt", "sa-start")
+# percentage-of-request offers of the moldable-deadline paper; "sa-submit"/"sa-start" are the SA request
+# selection of Cirne & Berman, once at submission or at every opportunity; the others are thesis ch. 5 §5.4.1.
+POLICIES = ("fcfs", "moldable", "asp-max", "psa", "folding", "fjt", "sa-start", "sa-submit")
 ORDERS = ("fifo", "sjf", "ljf", "edf")
 BACKFILLS = ("none", "easy", "conservative")
 EXPIRIES = ("abort", "suspend", "none", "malleable")

@@ -23,6 +23,7 @@ def decide(snapshot: Snapshot, cfg: PolicyConfig) -> list[Decision]:
     """Decisions to apply, in order, for this snapshot."""
     ws = Workspace.from_snapshot(snapshot, cfg)
     rule = RULES[cfg.policy]
+    rule.mold_new(ws)
     while True:
         ordered = ws.ordered()
         if not ordered:

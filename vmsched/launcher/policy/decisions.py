@@ -58,4 +58,13 @@ class Resume:
     reason: str = ""
 
 
-Decision = Start | SetMaxMpl | Abort | Suspend | Resume
+@dataclass(frozen=True)
+class Mold:
+    """Fix a queued job's size for good: from now on it is a rigid job of `nranks` ranks."""
+
+    job_id: int
+    nranks: int
+    reason: str = ""
+
+
+Decision = Start | SetMaxMpl | Abort | Suspend | Resume | Mold

@@ -17,6 +17,7 @@ import math
 
 from vmsched.cpumanager.partition import minimum_partition
 
+from .profile import FreeProfile
 from .sizes import Shape, allowed_up_to, estimate_at, largest_allowed, mpl_cap, percentage_offers
 from .snapshot import QueuedJob, RunningJob
 from .workspace import Workspace
@@ -27,6 +28,9 @@ class StartRule:
     # Whether `preferred` depends on more than the job, the machine size and the config (the queue, the
     # profile): a conservative plan can then not be carried over to the next pass.
     preferred_depends_on_state = False
+
+    def mold_new(self, ws: Workspace) -> None:
+        """Fix the size of newly queued jobs before anything starts (only SA at submission does)."""
 
     def shapes(self, job: QueuedJob, ws: Workspace) -> list[Shape]:
         """Shapes the rule accepts for the job now, best first."""
@@ -270,8 +274,8 @@ class SaStart(StartRule):
     name = "sa-start"
     preferred_depends_on_state = True
 
-    def best(self, job: QueuedJob, ws: Workspace) -> Shape:
-        profile = ws.profile()
+    def best(self, job: QueuedJob, ws: Workspace, profile: FreeProfile | None = None) -> Shape:
+        profile = profile or ws.profile()
         choices = []
         for n in job.procs:
             shape = Shape(n, 1)
@@ -287,6 +291,33 @@ class SaStart(StartRule):
         return [self.best(job, ws)]
 
 
+class SaSubmit(SaStart):
+    """SA request selection once, at submission: a job with several allowed sizes is molded (made rigid)
+    to the size with the smallest predicted response time in the conservative profile of that moment
+    (running jobs plus the reservations of the jobs ahead of it), and then waits for that size."""
+
+    name = "sa-submit"
+    preferred_depends_on_state = False  # a molded job has one size
+
+    def mold_new(self, ws: Workspace) -> None:
+        """Mold the jobs that still have a choice (those submitted since the last pass), in order."""
+        profile = ws.profile()
+        for job in ws.ordered():
+            if len(job.procs) > 1:
+                best = self.best(job, ws, profile)
+                start = profile.earliest_start(best.cpus, estimate_at(job, best.nranks))
+                job = ws.mold(job, best.nranks, f"sa-submit: {best.nranks} ranks predicted to respond soonest "
+                                                f"(start t={start:g})")  # fmt: skip
+            shape = Shape(job.procs[0], 1)
+            duration = estimate_at(job, shape.nranks)
+            start = profile.earliest_start(shape.cpus, duration) if shape.cpus <= ws.ncpus else None
+            if start is not None:
+                profile.reserve(start, start + duration, shape.cpus)
+
+    def shapes(self, job: QueuedJob, ws: Workspace) -> list[Shape]:
+        return [Shape(job.procs[0], 1)]
+
+
 RULES: dict[str, StartRule] = {
-    rule.name: rule for rule in (Rigid(), PercentageOffers(), AspMax(), Psa(), Folding(), Fjt(), SaStart())
+    rule.name: rule for rule in (Rigid(), PercentageOffers(), AspMax(), Psa(), Folding(), Fjt(), SaStart(), SaSubmit())
 }

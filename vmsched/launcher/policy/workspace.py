@@ -12,7 +12,7 @@ from operator import attrgetter
 from vmsched.cpumanager.partition import minimum_partition
 
 from .config import PolicyConfig
-from .decisions import Abort, Decision, Resume, SetMaxMpl, Start, Suspend
+from .decisions import Abort, Decision, Mold, Resume, SetMaxMpl, Start, Suspend
 from .orders import ordered_queue
 from .profile import FreeProfile
 from .sizes import Shape, estimate_at
@@ -146,6 +146,15 @@ class Workspace:
             )
         )
         self.decisions.append(Start(job.job_id, shape.nranks, shape.max_mpl, backfilled, window_end, reason, estimate))
+
+    def mold(self, job: QueuedJob, nranks: int, reason: str) -> QueuedJob:
+        """The queued job becomes rigid at `nranks` ranks (for the rest of this call too)."""
+        molded = replace(job, procs=(nranks,))
+        self.waiting = tuple(molded if j is job else j for j in self.waiting)
+        if self._ordered is not None:
+            self._ordered = [molded if j is job else j for j in self._ordered]
+        self.decisions.append(Mold(job.job_id, nranks, reason))
+        return molded
 
     def set_max_mpl(self, job_id: int, max_mpl: int, reason: str) -> None:
         self._replace_running(replace(self.running[job_id], max_mpl=max_mpl))
