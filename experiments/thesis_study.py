@@ -48,8 +48,8 @@ def scaled(jobs: list[SimJob], ncpus: int, load: float) -> list[SimJob]:
     """Sizes scaled to the machine, arrivals spaced to offer `load`."""
     out = []
     for s in jobs:
-        n = max(1, round(s.job.procs[0] * ncpus / 256))
-        out.append(replace(s, job=replace(s.job, procs=(n,))))
+        sizes = sorted({max(1, round(p * ncpus / 256)) for p in s.job.procs}, reverse=True)
+        out.append(replace(s, job=replace(s.job, procs=tuple(sizes))))
     first, last = out[0].job.submit_time, out[-1].job.submit_time
     work = sum(s.job.procs[0] * s.runtime for s in out)
     factor = work / (ncpus * (last - first)) / load
@@ -73,10 +73,11 @@ def main() -> int:
     ap.add_argument("--cpus", type=int, nargs="+", default=[64, 256])
     ap.add_argument("--loads", type=float, nargs="+", default=[0.6, 0.8, 0.9, 1.0])
     ap.add_argument("--estimate-factor", type=float, default=1.0)
+    ap.add_argument("--moldability", choices=("none", "thesis", "model"), default="thesis")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
-    base = from_swf(read_swf(LUBLIN), estimates=str(args.estimate_factor), moldability="thesis", first=args.jobs,
-                    ncpus=256).jobs  # fmt: skip
+    base = from_swf(read_swf(LUBLIN), estimates=str(args.estimate_factor), moldability=args.moldability,
+                    first=args.jobs, ncpus=256).jobs  # fmt: skip
     lines = ["| CPUs | load | policy | mean response (s) | long (s) | short (s) | mean bounded slowdown | "
              f"response / {BASELINE} |", "|---:|---:|---|---:|---:|---:|---:|---:|"]  # fmt: skip
     t0 = time.perf_counter()
@@ -95,7 +96,7 @@ def main() -> int:
     print(table)
     if args.out:
         command = "python experiments/thesis_study.py " + " ".join(sys.argv[1:])
-        args.out.write_text(f"<!-- regenerate: {command} -->\n\n{table}\n")
+        args.out.write_text(f"Regenerate: `{command}`\n\n{table}\n")
     return 0
 
 

@@ -155,10 +155,13 @@ def _t1(items: Sequence[str]) -> dict[str, float]:
     out = {}
     for item in items:
         key, _, value = item.partition("=")
+        size = key.partition("@")[2]
         try:
             out[key] = float(value)
+            if size and int(size) < 1:
+                raise ValueError
         except ValueError:
-            raise UsageError(f"--t1 expects APP.CLASS=SECONDS, got {item!r}") from None
+            raise UsageError(f"--t1 expects APP.CLASS=SECONDS or APP.CLASS@RANKS=SECONDS, got {item!r}") from None
         if not out[key] > 0:
             raise UsageError(f"--t1 {item}: seconds must be > 0")
     return out
@@ -178,7 +181,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="policy estimates: requested (the log's, else the run time), perfect, "
                          "or FACTOR x run time")  # fmt: skip
     ap.add_argument("--moldability", choices=MOLDABILITY, default="none",
-                    help="none: rigid, never folded; thesis: long jobs may fold to max MPL 4 (ch. 5); model: "
+                    help="none: rigid, never folded; thesis: the policy may fold any job to max MPL 4; model: "
                          "Cirne-Berman sizes (powers of two below the request), Downey's speedup")  # fmt: skip
     ap.add_argument(
         "--queue",

@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from vmsched.config import LauncherConfig
 from vmsched.launcher.policy.snapshot import QueuedJob
 from vmsched.workloads.catalog import APPS
 from vmsched.workloads.errors import WorkloadError
@@ -20,6 +21,7 @@ from vmsched.workloads.params import job_requests, read_params
 from vmsched.workloads.swf import UNKNOWN, SwfLog, machine_size, read_swf
 
 MOLDABILITY = ("none", "thesis", "model")
+_LAUNCHER_ESTIMATE = {"long": LauncherConfig.long_estimate_s, "short": LauncherConfig.short_estimate_s}
 LONG_S = 1800.0  # thesis: a job is long when it runs more than 30 minutes
 
 
@@ -32,12 +34,16 @@ class SimJob:
     runtime: float
     comm: str = "mixed"
     downey_sigma: float | None = None  # the job follows Downey's speedup model with A = procs[0]
+    measured: tuple[tuple[int, float], ...] = ()  # (ranks, run time on as many CPUs) known for other sizes
 
     def runtime_at(self, nranks: int) -> float:
         """Real run time with `nranks` ranks on as many CPUs."""
         full = self.job.procs[0]
         if nranks == full:
             return self.runtime
+        for n, seconds in self.measured:
+            if n == nranks:
+                return seconds
         if self.downey_sigma is None:
             return self.runtime * full / nranks  # perfect speedup
         a, s = float(full), self.downey_sigma
@@ -75,11 +81,12 @@ def molded(job_id: int, submit: float, procs: int, estimate: float, job_class: s
            ncpus: int) -> tuple[tuple[int, ...], int | None]:  # fmt: skip
     """Allowed rank counts and the user's MPL cap for a rigid log job.
 
-    none: rigid, never folded (max MPL 1). thesis (ch. 5): long jobs may fold (the policy decides, up to
-    its limit of 4), short ones not. model: Cirne and Berman's moldable-job model as a size set (the
-    powers of two below the request, and the request) with Downey's speedup; folding as in "thesis".
+    none: rigid, never folded (max MPL 1). thesis (ch. 5-6): the policy decides how far a job folds (up
+    to its limit of max MPL 4): FJT folds long jobs, malleable backfilling shrinks expired backfilled
+    ones. model: Cirne and Berman's moldable-job model as a size set (the powers of two below the
+    request, and the request) with Downey's speedup; folding as in "thesis".
     """
-    cap = None if moldability != "none" and job_class == "long" else 1
+    cap = 1 if moldability == "none" else None
     if moldability != "model":
         return (procs,), cap
     sizes = {procs} | {1 << k for k in range(procs.bit_length()) if 1 << k < procs}
@@ -155,7 +162,8 @@ def from_params(directory: Path, trace: str | None, *, estimates: str, time_scal
                 t1: dict[str, float]) -> Workload:  # fmt: skip
     """Jobs of a thesis parameter directory (what vmreplay submits): allowed counts from
     allowed_procs.txt, class from job_types.txt, run time T1/N of the application (the catalogue's, or
-    `t1`), arrivals divided by `time_scale` as vmreplay does."""
+    `t1`; `t1["cg.W@2"]` is a measured run time at 2 ranks on 2 CPUs, used instead at that size),
+    arrivals divided by `time_scale` as vmreplay does, estimates as the launcher makes them."""
     files = [directory / n for n in ("template.txt", "allowed_procs.txt", "job_types.txt")]
     trace_file = directory / (trace or "trace.swf")
     for f in [*files, trace_file]:
@@ -175,11 +183,14 @@ def from_params(directory: Path, trace: str | None, *, estimates: str, time_scal
         work = t1.get(key, APPS[key].t1)
         counts = sorted({r.requested_procs, *(n for n in r.allowed_counts.choices() if n <= r.requested_procs)},
                         reverse=True)  # fmt: skip
-        run = work / counts[0]
-        est = estimate_for(run, r.estimate, estimates)
+        sizes = {int(k.split("@")[1]): v for k, v in t1.items() if k.split("@")[0] == key and "@" in k}
+        run = sizes.get(counts[0], work / counts[0])
+        # As the launcher estimates a job submitted without a time limit (vmreplay submits these).
+        requested = r.estimate if r.estimate is not None else _LAUNCHER_ESTIMATE[r.job_class]
+        est = estimate_for(run, requested, estimates)
         submit = first + (r.submit_time - first) / time_scale
         q = QueuedJob(r.job_number, submit, "-", tuple(counts), None, r.job_class, est)
-        jobs.append(SimJob(q, run, APPS[key].communication))
+        jobs.append(SimJob(q, run, APPS[key].communication, measured=tuple(sorted(sizes.items()))))
     return Workload(tuple(jobs), None, str(trace_file))
 
 

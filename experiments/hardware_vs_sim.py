@@ -1,0 +1,112 @@
+"""Hardware against simulation: one generated workload replayed for real on this node (vmreplay) and
+simulated (vmsim) under the same policies; per-job response times compared (vmsim --compare-with).
+
+Steps (each a command, printed as it runs):
+1. generate the workload (vmworkload generate; 5 class-W apps, 2 CPUs, load 0.85, 300 s of arrivals);
+2. each application's run time alone, the simulator's input (like the run time field of an SWF log),
+   at every size a policy may give it: 1 and 2 ranks under plain mpiexec, 4 ranks (folded at MPL 2 on
+   the 2 CPUs) through a private launcher (vmreplay of a 5-job trace, 30 s apart);
+3. the real replay of the workload under each policy (vmreplay --private);
+4. vmsim of the same workload and policies with those run times, --compare-with the replay.
+
+    python experiments/hardware_vs_sim.py --out results-hw [--replay DIR] [--dedicated DIR]
+
+--replay/--dedicated reuse runs already made (steps 2-3 take about 15 minutes). Last line: JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from vmsched.launcher.replay import slug  # noqa: E402
+from vmsched.sim.compare import agreement  # noqa: E402
+from vmsched.sim.runtime_model import load_model, slowdown  # noqa: E402
+from vmsched.workloads.catalog import APPS  # noqa: E402
+from vmsched.workloads.metrics import records_from_swf  # noqa: E402
+from vmsched.workloads.swf import read_swf  # noqa: E402
+
+BIN = Path(sys.executable).parent
+KEYS = ["ep.W", "mg.W", "ft.W", "cg.W", "sweep.W"]
+POLICIES = ["fcfs+easy:abort", "fjt[fjt_long_mpl=1]+easy:malleable"]
+NOMINAL_T1 = ["--t1", "ep.W=19.6", "--t1", "mg.W=20.2", "--t1", "ft.W=15.3", "--t1", "cg.W=8.3", "--t1", "sweep.W=12.5"]
+
+
+def sh(*argv: str | Path) -> None:
+    print("$", " ".join(map(str, argv)), flush=True)
+    subprocess.run([str(a) for a in argv], check=True, stdout=subprocess.DEVNULL)
+
+
+def wall(key: str, n: int) -> float:
+    """Wall time of the application with n ranks on n CPUs under plain mpiexec (start-up included)."""
+    name, cls = key.split(".")
+    argv = [BIN / "mpiexec", "-n", str(n), sys.executable, "-m", f"vmsched.apps.{name}", "--class", cls]
+    print("$", " ".join(map(str, argv)), flush=True)
+    t0 = time.perf_counter()
+    subprocess.run([str(a) for a in argv], check=True, stdout=subprocess.DEVNULL)
+    return time.perf_counter() - t0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, default=Path("results-hw"))
+    ap.add_argument("--replay", type=Path, help="reuse this vmreplay output of the workload")
+    ap.add_argument("--dedicated", type=Path, help="reuse this vmreplay output of the dedicated runs")
+    args = ap.parse_args()
+    out = args.out.resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    work = out / "workload"
+    if not work.exists():
+        sh(BIN / "vmworkload", "generate", "--mix", ",".join(KEYS), "--cpus", "2", "--util", "0.85", "--duration",
+           "300", "--seed", "3", *NOMINAL_T1, "--params-dir", work)  # fmt: skip
+    dedicated = args.dedicated
+    if dedicated is None:
+        ded = out / "dedicated-workload"
+        ded.mkdir(exist_ok=True)
+        for name in ("template.txt", "allowed_procs.txt", "job_types.txt"):
+            shutil.copy(work / name, ded / name)
+        lines = [f"{i + 1} {i * 30} -1 -1 -1 -1 -1 4 -1 -1 -1 -1 -1 {i} 2 -1 -1 -1" for i in range(len(KEYS))]
+        (ded / "trace.swf").write_text("; Version: 2.2\n; MaxProcs: 2\n" + "\n".join(lines) + "\n")
+        dedicated = out / "dedicated"
+        sh(BIN / "vmreplay", ded, "--private", "--policy", "fcfs", "--out", dedicated)
+    # 4 ranks alone on the 2 CPUs (MPL 2) -> the time at 4 ranks on 4 CPUs that vmsim folds by the
+    # runtime model: T(4) * 2 (ranks per CPU) * s(class, MPL 2) = the time measured.
+    model = load_model()
+    alone = sorted(records_from_swf(read_swf(dedicated / "fcfs_fifo" / "result.swf")), key=lambda r: r.submit)
+    t1 = []
+    for key, rec in zip(KEYS, alone, strict=True):
+        comm = APPS[key].communication
+        s = min(slowdown(model, comm, q, 2.0) for q in ("local", "global"))
+        t1 += ["--t1", f"{key}@4={rec.execution / (2 * s):.3f}"]
+        for n in (1, 2):
+            t1 += ["--t1", f"{key}@{n}={wall(key, n):.3f}"]
+    replay = args.replay
+    if replay is None:
+        replay = out / "replay"
+        sh(BIN / "vmreplay", work, "--private", *[a for p in POLICIES for a in ("--policy", p)], "--out", replay)
+    sim = out / "sim"
+    sh(BIN / "vmsim", work, *t1, *[a for p in POLICIES for a in ("--policy", p)], "--compare-with", replay,
+       "--out", sim)  # fmt: skip
+    result: dict[str, object] = {"t1": dict(a.split("=") for a in t1[1::2])}
+    for name in ("fcfs+easy:abort/fifo", "fjt[fjt_long_mpl=1]+easy:malleable/fifo"):
+        measured = records_from_swf(read_swf(replay / slug(name) / "result.swf"))
+        simulated = records_from_swf(read_swf(sim / slug(name) / "result.swf"))
+        ag = agreement(measured, simulated)
+        result[name] = {"jobs": ag.jobs, "mean_measured_s": round(ag.mean_measured, 2),
+                        "mean_simulated_s": round(ag.mean_simulated, 2), "mean_error": round(ag.mean_error, 4),
+                        "spearman": round(ag.spearman, 3)}  # fmt: skip
+        print(f"{name}: {ag.jobs} jobs, mean response measured {ag.mean_measured:.1f} s, simulated "
+              f"{ag.mean_simulated:.1f} s ({100 * ag.mean_error:+.1f} %), Spearman {ag.spearman:.3f}")  # fmt: skip
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
