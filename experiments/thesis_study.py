@@ -1,7 +1,8 @@
 """The thesis's chapter 5-6 comparison, at scale, with vmsim: does virtual malleability beat rigid
 scheduling, and by how much?
 
-Policies: FCFS+EASY abort (the baseline), FJT, FJT(1)+EASY malleable, FJT(1)+EASY abort, conservative.
+Policies: FCFS+EASY abort (the baseline), FCFS+EASY malleable, FJT, FJT(1)+EASY malleable, FJT(1)+EASY
+abort, conservative.
 Workloads: the Lublin-model log (../shared/data/lublin_256.swf), its first --jobs jobs, on 64 and 256
 CPUs (job sizes scaled by CPUs/256, at least 1), at offered loads 0.6-1.0 (inter-arrival times scaled so
 that sum(procs x run time) / (CPUs x submit span) is the load); rigid log jobs become vmsched jobs as in
@@ -35,6 +36,7 @@ from vmsched.workloads.swf import read_swf  # noqa: E402
 LUBLIN = Path(__file__).resolve().parents[2] / "shared" / "data" / "lublin_256.swf"
 POLICIES = {
     "FCFS+EASY abort": "fcfs+easy:abort",
+    "FCFS+EASY malleable": "fcfs+easy:malleable",
     "FJT": "fjt",
     "FJT(1)+EASY malleable": "fjt[fjt_long_mpl=1]+easy:malleable",
     "FJT(1)+EASY abort": "fjt[fjt_long_mpl=1]+easy:abort",

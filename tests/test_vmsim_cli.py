@@ -140,3 +140,17 @@ def test_an_existing_directory_that_is_not_a_vmsim_output_is_left_alone(tmp_path
     r = vmsim(log, "--policy", "fcfs+easy:abort", "--out", "again", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert sorted(p.name for p in (tmp_path / "again").iterdir() if p.is_dir()) == ["fcfs_easy_abort_fifo"]
+
+
+def test_a_parameter_directory_takes_t1_and_measured_per_size_run_times() -> None:
+    from vmsched.sim.workload import from_params
+
+    hc = Path(__file__).resolve().parents[1] / "vmsched" / "workloads" / "examples" / "hc"
+    w = from_params(hc, "ch6-hc-40.swf", estimates="requested", time_scale=2.0,
+                    t1={"cg.A": 100.0, "cg.A@2": 70.0})  # fmt: skip
+    # cg.A (high communication, 4 2 1 ranks): T1 100 s is 25 s at 4 ranks, 70 s measured at 2.
+    first = next(s for s in w.jobs if s.comm == "high" and s.job.procs == (4, 2, 1) and s.runtime == 25.0)
+    assert first.runtime_at(2) == 70.0  # measured
+    assert first.runtime_at(1) == 100.0  # perfect speedup from the request's time
+    subs = [s.job.submit_time for s in w.jobs]
+    assert subs == sorted(subs) and subs[-1] - subs[0] > 0
