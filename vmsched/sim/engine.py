@@ -105,6 +105,8 @@ class Simulation:
         self.fixed_cpus = 0  # CPUs held by running jobs that cannot change size
         self.elastic: set[int] = set()
         self.now = self.pending[0].submit_time if self.pending else 0.0
+        # Whether expiring windows can ever wake the policy (next_event_time is None otherwise).
+        self.windows_act = cfg.backfill != "none" and cfg.expiry != "none"
 
     def snapshot(self) -> Snapshot:
         return Snapshot(self.now, self.ncpus, tuple(self.queue.values()), tuple(self.views.values()))
@@ -125,7 +127,7 @@ class Simulation:
                 self.on_decide(snap, decisions)
             if nxt == len(pending) and not self.queue and not self.running:
                 break
-            wake = next_event_time(after(), self.cfg) if self.expiring() else None
+            wake = next_event_time(after(), self.cfg) if self.windows_act and self.expiring() else None
             t_next = min(
                 pending[nxt].submit_time if nxt < len(pending) else math.inf,
                 math.inf if wake is None else wake,

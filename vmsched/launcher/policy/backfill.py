@@ -84,7 +84,9 @@ def backfill(ws: Workspace, rule: StartRule, head: QueuedJob) -> None:
     for job in candidates:
         if free <= 0:
             break  # every shape needs a CPU: nothing else can start now
-        floor = max(job.floor_cpus, -(-job.min_procs // limit))
+        floor = -(-job.min_procs // limit)
+        if job.floor_cpus > floor:
+            floor = job.floor_cpus
         if floor > free or job is head:
             continue
         own = plan.get(job.job_id)

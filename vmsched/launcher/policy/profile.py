@@ -22,10 +22,10 @@ class FreeProfile:
         after_now = math.nextafter(now, math.inf)
         times, free = [now], [free_now]
         for when, cpus in sorted(releases):
-            # A job past its estimate still holds its CPUs now; expect them the instant after.
-            when = max(when, after_now)
             if cpus == 0:
                 continue
+            if when < after_now:  # a job past its estimate still holds its CPUs now: expect them the instant after
+                when = after_now
             if when == times[-1]:
                 free[-1] += cpus
             else:
