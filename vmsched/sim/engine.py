@@ -97,6 +97,7 @@ class Simulation:
         self.ncpus, self.cfg, self.model = ncpus, cfg, runtime_model
         self.on_decide, self.max_events, self.progress = on_decide, max_events, progress
         self.queue: dict[int, QueuedJob] = {}  # arrival order; a dict so that a start is O(1)
+        self._queue_tuple: tuple[QueuedJob, ...] | None = None  # the snapshot's view of `queue`
         self.running: dict[int, _Run] = {}
         self.views: dict[int, RunningJob] = {}  # job id -> its view, in start order
         self.ends: list[tuple[float, int, int]] = []  # heap of (end, job id, version)
@@ -109,13 +110,16 @@ class Simulation:
         self.windows_act = cfg.backfill != "none" and cfg.expiry != "none"
 
     def snapshot(self) -> Snapshot:
-        return Snapshot(self.now, self.ncpus, tuple(self.queue.values()), tuple(self.views.values()))
+        if self._queue_tuple is None:  # rebuilt only after the queue changed, not at every finish
+            self._queue_tuple = tuple(self.queue.values())
+        return Snapshot(self.now, self.ncpus, self._queue_tuple, tuple(self.views.values()))
 
     def run(self) -> list[JobRecord]:
         pending, nxt = self.pending, 0
         for _ in range(self.max_events):
             while nxt < len(pending) and pending[nxt].submit_time <= self.now:
                 self.queue[pending[nxt].job_id] = pending[nxt]
+                self._queue_tuple = None
                 nxt += 1
             snap = self.snapshot()
             decisions = decide(snap, self.cfg)
@@ -170,6 +174,7 @@ class Simulation:
 
     # -- applying decisions ------------------------------------------------------------------------
     def _apply(self, d: Decision) -> None:
+        self._queue_tuple = None  # every decision but a resize changes the queue; cheap to rebuild
         if isinstance(d, Start):
             job = self.queue.pop(d.job_id)
             # A job that cannot change size holds its rank count from the start; the others get theirs

@@ -31,9 +31,8 @@ def reservations(
     """
     profile = ws.profile()
     plan: dict[int, tuple[float, float, int]] = {}
-    for i, job in enumerate(ws.ordered()):
-        if i >= depth:
-            break
+    ordered = ws.ordered()
+    for job in ordered if depth >= len(ordered) else ordered[: int(depth)]:
         shape = rule.preferred(job, ws)
         duration = estimate_at(job, shape.nranks)
         start = profile.earliest_start(shape.cpus, duration)
@@ -51,6 +50,8 @@ def backfill(ws: Workspace, rule: StartRule, head: QueuedJob) -> None:
     # (`floor`), nor runs shorter than its estimate at full size. With no job in reach of the free
     # CPUs and none suspended, nothing can start or continue now, and no plan is needed.
     free, limit = ws.free_now(), ws.cfg.max_mpl_limit
+    if free <= 0 and not suspended:
+        return  # every shape needs a CPU
     room = free * limit
     in_reach = [j for j in ws.ordered() if j.floor_cpus <= free and j.min_procs <= room and j is not head]
     if not in_reach and not suspended:
@@ -76,11 +77,14 @@ def backfill(ws: Workspace, rule: StartRule, head: QueuedJob) -> None:
     # shortest run; a job holding a reservation [s, e) gets its own CPUs back only from s on.
     span = profile.spans(max(free, 0))  # `free` from before the resumptions: in_reach's bound
     free = ws.free_now()
-    candidates = []
-    for j in in_reach:
-        own = plan.get(j.job_id)
-        if (j.estimate if own is None else min(j.estimate, own[0] - ws.now)) <= span[j.floor_cpus]:
-            candidates.append(j)
+    if len(plan) == (head.job_id in plan):  # EASY: only the head (not in reach) holds a reservation
+        candidates = [j for j in in_reach if j.estimate <= span[j.floor_cpus]]
+    else:
+        candidates = []
+        for j in in_reach:
+            own = plan.get(j.job_id)
+            if (j.estimate if own is None else min(j.estimate, own[0] - ws.now)) <= span[j.floor_cpus]:
+                candidates.append(j)
     for job in candidates:
         if free <= 0:
             break  # every shape needs a CPU: nothing else can start now

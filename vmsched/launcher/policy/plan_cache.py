@@ -84,7 +84,7 @@ def plan(ws: Workspace, rule: StartRule) -> tuple[FreeProfile, dict[int, Slot], 
         old_jobs, old_slots = [last.jobs[i] for i in keep], [last.slots[i] for i in keep]
         # The common prefix of the two priority orders (the same job objects compare in C) ...
         n = min(len(old_jobs), len(ordered))
-        k = n if ordered[:n] == old_jobs[:n] else next(i for i in range(n) if ordered[i] != old_jobs[i])
+        k = n if list(ordered[:n]) == old_jobs[:n] else next(i for i in range(n) if ordered[i] != old_jobs[i])
         # ... up to the first slot that lies in the past.
         past = [i for i in range(k) if old_slots[i] is not None and old_slots[i][0] < ws.now]  # type: ignore[index]
         k = past[0] if past else k

@@ -11,6 +11,10 @@ from __future__ import annotations
 import math
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable
+from itertools import accumulate, chain
+from operator import itemgetter
+
+_CPUS = itemgetter(1)
 
 
 class FreeProfile:
@@ -18,19 +22,20 @@ class FreeProfile:
 
     def __init__(self, now: float, free_now: int, releases: Iterable[tuple[float, int]] = ()) -> None:
         self.now = now
-        # Built in one sorted pass (not by _add per release, which is quadratic in running jobs).
-        after_now = math.nextafter(now, math.inf)
+        # Built in one sorted pass of C-level steps (zip, accumulate, dict), not by _add per release
+        # (quadratic in running jobs) nor by a Python loop: the simulator builds one at most events.
+        rel = sorted(filter(_CPUS, releases))
         times, free = [now], [free_now]
-        for when, cpus in sorted(releases):
-            if cpus == 0:
-                continue
-            if when < after_now:  # a job past its estimate still holds its CPUs now: expect them the instant after
-                when = after_now
-            if when == times[-1]:
-                free[-1] += cpus
-            else:
-                times.append(when)
-                free.append(free[-1] + cpus)
+        if rel:
+            ends, cpus = zip(*rel, strict=True)
+            # A job past its estimate still holds its CPUs now: expect them the instant after.
+            after_now = math.nextafter(now, math.inf)
+            k = bisect_left(ends, after_now)
+            if k:
+                ends = (after_now,) * k + ends[k:]
+            # dict keeps, for equal times, the last running total: one step per distinct time.
+            steps = dict(zip(chain((now,), ends), accumulate(cpus, initial=free_now), strict=True))
+            times, free = list(steps), list(steps.values())
         self._times, self._free = times, free
         self._horizon: dict[int, float] = {}  # cpus -> first time fewer are free; cleared on change
 

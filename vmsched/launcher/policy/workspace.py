@@ -29,7 +29,8 @@ def expected_end(job: RunningJob) -> float:
     return job.expected_end
 
 
-_START_KEY = attrgetter("start_time", "job_id")
+_START = attrgetter("start_time")
+_ID = attrgetter("job_id")
 _HELD = attrgetter("held")
 _END = attrgetter("expected_end")
 
@@ -47,14 +48,17 @@ class Workspace:
     # for them once per queued job, and the simulator's queues hold thousands.
     _used: int = -1  # CPUs held by active jobs at their minimum partitions
     gone: set[int] = field(default_factory=set)  # queued jobs started in this call
-    _ordered: list[QueuedJob] | None = None
+    _ordered: tuple[QueuedJob, ...] | None = None
     _ordered_gone: int = 0  # len(gone) when _ordered was last filtered
     _long_queued: int = -1
+    _active: list[RunningJob] | None = None
+    _suspended: list[RunningJob] | None = None
 
     @classmethod
     def from_snapshot(cls, snapshot: Snapshot, cfg: PolicyConfig) -> Workspace:
         # Sorted by start so that the result never depends on the order the driver listed them in.
-        running = sorted(snapshot.running, key=_START_KEY)
+        # Two stable sorts on C-level keys build no key tuples (drivers list them mostly in order already).
+        running = sorted(sorted(snapshot.running, key=_ID), key=_START)
         ws = cls(snapshot.now, snapshot.ncpus, cfg, {r.job_id: r for r in running}, snapshot.queue)
         ws._used = sum(map(_HELD, running))
         return ws
@@ -74,22 +78,32 @@ class Workspace:
 
     def active(self) -> list[RunningJob]:
         """Running, not suspended, oldest start first."""
-        return [r for r in self.running.values() if not r.suspended]
+        if self._active is None:
+            self._split_running()
+        return self._active  # type: ignore[return-value]
 
     def suspended(self) -> list[RunningJob]:
-        return [r for r in self.running.values() if r.suspended]
+        if self._suspended is None:
+            self._split_running()
+        return self._suspended  # type: ignore[return-value]
 
-    def ordered(self) -> list[QueuedJob]:
-        """The queue in priority order (a copy: callers may keep it while jobs start)."""
+    def _split_running(self) -> None:
+        # Asked several times per call (profile, expiry, backfill); kept until the running set changes.
+        self._active, self._suspended = [], []
+        for r in self.running.values():
+            (self._suspended if r.suspended else self._active).append(r)
+
+    def ordered(self) -> tuple[QueuedJob, ...]:
+        """The queue in priority order (immutable: callers may keep it while jobs start)."""
         # Started jobs are filtered out here, once per batch of starts, not removed one by one.
         if self._ordered is None:
-            self._ordered = ordered_queue(self.waiting, self.cfg.order)
+            self._ordered = tuple(ordered_queue(self.waiting, self.cfg.order))
             self._ordered_gone = 0
         if self._ordered_gone != len(self.gone):
             gone = self.gone
-            self._ordered = [j for j in self._ordered if j.job_id not in gone]
+            self._ordered = tuple(j for j in self._ordered if j.job_id not in gone)
             self._ordered_gone = len(gone)
-        return list(self._ordered)
+        return self._ordered
 
     def free_now(self, mpl_changes: dict[int, int] | None = None) -> int:
         """CPUs left once every running job is shrunk to its minimum partition."""
@@ -114,6 +128,7 @@ class Workspace:
         old = self.running.get(job.job_id)
         self._used += min_cpus(job) - (min_cpus(old) if old is not None else 0)
         self.running[job.job_id] = job
+        self._active = self._suspended = None
 
     # --- decisions -------------------------------------------------------------------------------
 
@@ -152,7 +167,7 @@ class Workspace:
         molded = replace(job, procs=(nranks,))
         self.waiting = tuple(molded if j is job else j for j in self.waiting)
         if self._ordered is not None:
-            self._ordered = [molded if j is job else j for j in self._ordered]
+            self._ordered = tuple(molded if j is job else j for j in self._ordered)
         self.decisions.append(Mold(job.job_id, nranks, reason))
         return molded
 
@@ -169,6 +184,7 @@ class Workspace:
         # The requeued job is back in the next snapshot's queue, not in this one: restarting it in
         # the same call would only undo the abort.
         self._used -= min_cpus(self.running.pop(job_id))
+        self._active = self._suspended = None
         self.touched.add(job_id)
         self.decisions.append(Abort(job_id, True, reason))
 
