@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Start:
     """Start a queued job with `nranks` ranks; the CPU manager may fold it down to ceil(nranks/max_mpl)."""
 
@@ -23,7 +23,7 @@ class Start:
     estimate: float = 0.0
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class SetMaxMpl:
     """Change a running job's max MPL: the CPU manager then may shrink it to ceil(N/max_mpl) CPUs."""
 
@@ -32,7 +32,7 @@ class SetMaxMpl:
     reason: str = ""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Abort:
     """Kill a running job; with `requeue` it goes back to the wait queue with its original submit time."""
 
@@ -41,7 +41,7 @@ class Abort:
     reason: str = ""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Suspend:
     """Stop a running job (SIGSTOP); it gives up its CPUs until resumed."""
 
@@ -49,7 +49,7 @@ class Suspend:
     reason: str = ""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Resume:
     """Continue a suspended job (SIGCONT); it gets a new backfill window."""
 
@@ -58,7 +58,7 @@ class Resume:
     reason: str = ""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Mold:
     """Fix a queued job's size for good: from now on it is a rigid job of `nranks` ranks."""
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from vmsched.cpumanager.partition import minimum_partition
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class QueuedJob:
     """A job waiting in the queue."""
 
@@ -44,7 +44,7 @@ class QueuedJob:
         object.__setattr__(self, "floor_cpus", floor)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class RunningJob:
     """A job that has been started (and may since have been folded or suspended)."""
 
@@ -74,7 +74,7 @@ class RunningJob:
         object.__setattr__(self, "expected_end", end if self.window_end is None else max(end, self.window_end))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Snapshot:
     """Everything a policy may base a decision on."""
 
