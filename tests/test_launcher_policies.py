@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import time
+
 from tests.launcher_harness import Node, send_app, starts, vmapp_result
 from vmsched.protocol import Client
 
@@ -93,3 +95,16 @@ def test_expired_window_suspend_stops_and_resumes_the_job(node_factory):
     assert acct[late]["requeues"] == 0, "suspended, not restarted"
     assert acct[head]["start_time"] < acct[late]["end_time"]
     all_verified(node, acct, (a, head, late))
+
+
+def test_submissions_arriving_together_are_decided_in_one_pass(node_factory):
+    # FJT(1) equipartitions over the queue: two jobs decided together get one CPU each, while the
+    # first alone would get both. The window is wide so that two CLI start-ups fall inside it.
+    node = node_factory("fjt[fjt_long_mpl=1]/fifo", "sched_interval_ms = 2000.0\n")
+    time.sleep(2.5)  # the launcher's first pass is past: the next event comes after a quiet interval
+    a = node.submit("--procs", "2,1", "--time", "30s", "--", *send_app(10))
+    b = node.submit("--procs", "2,1", "--time", "30s", "--", *send_app(10))
+    acct = node.wait_all_done()
+    assert (acct[a]["nranks"], acct[b]["nranks"]) == (1, 1), acct
+    assert abs(acct[a]["start_time"] - acct[b]["start_time"]) < 0.5
+    all_verified(node, acct, (a, b))

@@ -58,6 +58,7 @@ class Launcher:
         self.dirty = True  # something happened: run a scheduling pass
         self.next_event: float | None = None  # when the policy wants another look (window expiry)
         self.last_pass = 0.0
+        self.dirty_since: float | None = None  # when the pending pass became due
         self.last_sample = 0.0
 
     # -- startup ---------------------------------------------------------------------------------
@@ -218,11 +219,16 @@ class Launcher:
         if self.next_event is not None and now >= self.next_event:
             self.dirty = True
         interval = self.cfg.launcher.sched_interval_ms / 1000
-        if self.dirty and now - self.last_pass >= interval:
+        # A pass runs one interval after the first event that made it due, so that events arriving
+        # together (a burst of submissions, a trace's simultaneous arrivals) are decided together, as
+        # the simulator decides all events of one instant at once.
+        if self.dirty and self.dirty_since is None:
+            self.dirty_since = now
+        if self.dirty and now - self.dirty_since >= interval:
             self.schedule(now)
         wake = sample
         if self.dirty:
-            wake = min(wake, interval)
+            wake = min(wake, max(0.0, self.dirty_since + interval - now))
         if self.next_event is not None:
             wake = min(wake, max(0.0, self.next_event - now))
         for deadline in self.kill_deadline.values():
@@ -335,7 +341,7 @@ class Launcher:
         return Snapshot(now, self.ncpus, queue, tuple(running))
 
     def schedule(self, now: float) -> None:
-        self.dirty = False
+        self.dirty, self.dirty_since = False, None
         self.last_pass = now
         if self.paused:
             self.next_event = None
