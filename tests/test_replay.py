@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
+import signal
 import subprocess
+from pathlib import Path
 
-from tests.conftest import BIN
+import psutil
+
+from tests.conftest import BIN, vmsched_shm_entries, wait_for
+from vmsched.config import load_config
 from vmsched.workloads.catalog import AppSpec
 from vmsched.workloads.generate import MixEntry, WorkloadSpec, generate
 from vmsched.workloads.params import AllowedCounts
@@ -60,3 +66,39 @@ def test_replay_bad_workload(tmp_path):
     assert r.returncode == 1 and "allowed_procs.txt" in r.stderr
     r = subprocess.run([str(BIN / "vmreplay"), str(tmp_path), "--time-scale", "0"], capture_output=True, text=True)
     assert r.returncode == 2 and "--time-scale" in r.stderr
+
+
+def test_replay_stopped_by_sigterm_leaves_nothing_running(tmp_path):
+    """SIGTERM in the middle of a run: the private daemons, their jobs and state directory all go."""
+    params = tmp_path / "workload"
+    params.mkdir()
+    (params / "template.txt").write_text("mpiexec -n N python -m vmsched.apps.send --class S --iters 4000\n")
+    (params / "allowed_procs.txt").write_text("2 1\n")
+    (params / "job_types.txt").write_text("1\n")
+    (params / "trace.swf").write_text("; MaxProcs: 2\n" + "".join(
+        f"{i} {i} -1 -1 -1 -1 -1 2 300 -1 -1 -1 -1 0 -1 -1 -1 -1\n" for i in (1, 2)))  # fmt: skip
+    argv = [str(BIN / "vmreplay"), str(params), "--private", "--policy", "fcfs", "--out", str(tmp_path / "out")]
+    r = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        me = psutil.Process(r.pid)
+
+        def app_running() -> list[psutil.Process]:
+            procs = me.children(recursive=True)
+            return procs if any("vmsched.apps.send" in " ".join(p.cmdline()) for p in procs) else []
+
+        descendants = wait_for(app_running, timeout=60, interval=0.2, what="a job of the replay to run")
+        state = next(Path(p.environ()["VMSCHED_STATE_DIR"]) for p in descendants if "vm-cpumanager" in p.cmdline()[1])
+        instance = load_config(state_dir=state).instance
+        r.send_signal(signal.SIGTERM)
+        assert r.wait(timeout=90) == 128 + signal.SIGTERM, r.stderr.read()
+        assert "stopped by SIGTERM" in r.stderr.read()
+        alive = [p for p in descendants if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+        assert not alive, f"left running: {[p.cmdline() for p in alive]}"
+        assert not state.exists()
+        assert not [n for n in vmsched_shm_entries() if instance in n]
+    finally:  # when it failed: stop what it left, by the pids seen under it
+        for p in [r, *locals().get("descendants", [])]:
+            with contextlib.suppress(ProcessLookupError, psutil.NoSuchProcess):
+                p.send_signal(signal.SIGCONT)
+                p.kill()
+        r.wait()

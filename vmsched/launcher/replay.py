@@ -79,10 +79,31 @@ class PrivateNode:
         env = {**os.environ, "VMSCHED_STATE_DIR": str(state)}
         log = open(state / "daemons.out", "ab")  # noqa: SIM115 - lives as long as the daemons
         argv = [str(BIN / "vm-cpumanager"), *(["--cpus", cpus] if cpus else [])]
-        self.procs = [subprocess.Popen(argv, env=env, stdout=log, stderr=log)]
-        wait_up(Client(self.cfg.cpumanager_socket), self.procs)
-        self.procs.append(subprocess.Popen([str(BIN / "vm-launcher")], env=env, stdout=log, stderr=log))
-        wait_up(Client(self.cfg.launcher_socket), self.procs)
+        self.procs: list[subprocess.Popen] = []
+        try:
+            self.procs.append(subprocess.Popen(argv, env=env, stdout=log, stderr=log))
+            wait_up(Client(self.cfg.cpumanager_socket), self.procs)
+            self.procs.append(subprocess.Popen([str(BIN / "vm-launcher")], env=env, stdout=log, stderr=log))
+            wait_up(Client(self.cfg.launcher_socket), self.procs)
+        except BaseException:  # not up (or interrupted while starting): stop what did start
+            self.close()
+            raise
+
+    def cancel_all(self, timeout_s: float = 60.0) -> None:
+        """Cancel every job of this node and wait until they have ended (an interrupted replay's
+        jobs must not outlive the daemons it started)."""
+        try:
+            launcher = Client(self.cfg.launcher_socket, timeout_s=10, what="launcher")
+            for job in launcher.call("queue")["jobs"]:
+                try:
+                    launcher.call("cancel", job=job["id"])
+                except ProtocolError:
+                    pass  # it ended meanwhile
+            deadline = time.monotonic() + timeout_s
+            while launcher.call("queue")["jobs"] and time.monotonic() < deadline:
+                time.sleep(0.2)
+        except (DaemonUnavailable, ProtocolError) as e:
+            print(f"vmreplay: could not cancel the private node's jobs: {e}", file=sys.stderr)
 
     def close(self) -> None:
         for p in reversed(self.procs):
@@ -151,11 +172,37 @@ def actions(rows: list[dict[str, Any]]) -> str:
     return f"aborted and requeued: {requeued} time(s); jobs whose MPL changed while running: {refolded}"
 
 
+class Interrupted(Exception):
+    """vmreplay was told to stop (SIGTERM, SIGINT, SIGHUP)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(f"stopped by {signal.Signals(signum).name}")
+        self.signum = signum
+
+
+def _interrupt(signum: int, _frame: object) -> None:
+    # Raised where the main loop is, so that the private daemons and their jobs are stopped (the
+    # default SIGTERM action would end the process and leave them running). Further signals are
+    # ignored while that cleanup runs.
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_IGN)
+    raise Interrupted(signum)
+
+
 def slug(policy: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", policy)
 
 
 def main(argv: list[str] | None = None) -> int:
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, _interrupt)
+    try:
+        return run(argv)
+    except Interrupted as e:
+        return 128 + e.signum
+
+
+def run(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="vmreplay", description=__doc__.splitlines()[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)  # fmt: skip
     ap.add_argument("workload", type=Path, help="thesis parameter directory, or a trace inside one")
@@ -197,6 +244,11 @@ def main(argv: list[str] | None = None) -> int:
         except (DaemonUnavailable, ProtocolError) as e:
             print(f"vmreplay: {e}", file=sys.stderr)
             return 1
+        except Interrupted as e:
+            print(f"vmreplay: {e}; cancelling this run's jobs", file=sys.stderr)
+            if node:
+                node.cancel_all()
+            raise
         finally:
             if node:
                 node.close()
