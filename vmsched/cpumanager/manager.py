@@ -93,7 +93,7 @@ class CpuManager:
         leader = get_int(msg, "leader_pid", minimum=0, default=0)
         spin_us = get_int(msg, "spin_us", minimum=0, default=0)
         mode = get_str(msg, "queue", QUEUE_MODES, self.cfg.cpumanager.default_queue)
-        heuristic = get_str(msg, "heuristic", tuple(HEURISTICS), "sender")
+        heuristic = get_str(msg, "heuristic", tuple(HEURISTICS), L.DEFAULT_HEURISTIC)
         if self.table.job_slot(job_id) is not None:
             raise ProtocolError(f"job {job_id} is already admitted")
         if leader and not proc.alive(leader):

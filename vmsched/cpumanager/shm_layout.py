@@ -28,8 +28,9 @@ JOB_FREE, JOB_ADMITTED, JOB_RUNNING, JOB_ENDING = 0, 1, 2, 3
 QUEUE_LOCAL, QUEUE_GLOBAL = 0, 1
 # job.lbd_phase
 LBD_OFF, LBD_MEASURING, LBD_STABLE, LBD_DECIDED = 0, 1, 2, 3
-# job.heuristic (global queue: which rank gets a released token, thesis §4.3.1)
-HEUR_SENDER, HEUR_UNCONSUMED, HEUR_AFFINITY, HEUR_RR = 0, 1, 2, 3
+# job.heuristic (global queue: which rank gets a released token, thesis §4.3.1; "progress" first
+# prefers a rank whose awaited message has arrived, see vmsched/vmruntime/README.md)
+HEUR_SENDER, HEUR_UNCONSUMED, HEUR_AFFINITY, HEUR_RR, HEUR_PROGRESS = 0, 1, 2, 3, 4
 # rank.state
 RANK_FREE, RANK_RUNNING, RANK_WAITING, RANK_DONE = 0, 1, 2, 3
 # rank.flags
@@ -43,7 +44,9 @@ HEURISTIC_NAMES = {
     HEUR_UNCONSUMED: "unconsumed",
     HEUR_AFFINITY: "affinity",
     HEUR_RR: "rr",
+    HEUR_PROGRESS: "progress",
 }
+DEFAULT_HEURISTIC = "progress"  # the one default of vm-cpumanager's admit and vmrun
 RANK_STATE_NAMES = {RANK_FREE: "free", RANK_RUNNING: "running", RANK_WAITING: "waiting", RANK_DONE: "done"}
 
 
@@ -185,7 +188,7 @@ def c_header() -> str:
         "JOB_FREE": JOB_FREE, "JOB_ADMITTED": JOB_ADMITTED, "JOB_RUNNING": JOB_RUNNING,
         "JOB_ENDING": JOB_ENDING, "QUEUE_LOCAL": QUEUE_LOCAL, "QUEUE_GLOBAL": QUEUE_GLOBAL,
         "HEUR_SENDER": HEUR_SENDER, "HEUR_UNCONSUMED": HEUR_UNCONSUMED, "HEUR_AFFINITY": HEUR_AFFINITY,
-        "HEUR_RR": HEUR_RR, "RANK_FREE": RANK_FREE, "RANK_RUNNING": RANK_RUNNING,
+        "HEUR_RR": HEUR_RR, "HEUR_PROGRESS": HEUR_PROGRESS, "RANK_FREE": RANK_FREE, "RANK_RUNNING": RANK_RUNNING,
         "RANK_WAITING": RANK_WAITING, "RANK_DONE": RANK_DONE, "RFLAG_STOPPED": RFLAG_STOPPED,
         "RFLAG_EXTERNAL": RFLAG_EXTERNAL,
     }  # fmt: skip

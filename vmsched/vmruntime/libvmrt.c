@@ -3,9 +3,9 @@
  * Tokens. A job with partition cpus[0..P) has P tokens; token i belongs to cpus[i]. A rank may run
  * MPI code only while it holds a token (job->holder[i] == rank, rank->has_token == i + 1). Local
  * queues: token i can only go to ranks r with r % P == i (round robin among them). Global queue: any
- * rank of the job, chosen by the job's heuristic (sender, unconsumed, affinity, rr). All token state
- * of a job (holder[], has_token, wake, state of its ranks, rt_*) changes under the job's spin lock
- * rt_lock, which holds the owner's pid so that a lock left by a dead rank can be broken.
+ * rank of the job, chosen by the job's heuristic (progress, sender, unconsumed, affinity, rr). All
+ * token state of a job (holder[], has_token, wake, state of its ranks, rt_*) changes under the job's
+ * spin lock rt_lock, which holds the owner's pid so that a lock left by a dead rank can be broken.
  *
  * Blocking. A rank whose operation cannot complete hands its token to the next rank, sets its own
  * wake word to 0 and state to WAITING (still under the lock), and sleeps in FUTEX_WAIT(wake, 0). The
@@ -264,6 +264,26 @@ static int next_rr(int exclude) {
     return -1;
 }
 
+/* Rank r sleeps for want of a token and can go on when it gets one: a message to it has arrived
+ * (its senders count it in `unconsumed`), so the operation it re-tests may now complete. */
+static int is_ready(int r) {
+    return is_waiting(r) && __atomic_load_n(&rank_entry(r)->unconsumed, __ATOMIC_RELAXED) > 0;
+}
+
+/* The ready rank with the most unconsumed messages, looking from the rank after `me` in rank order
+ * (ties go to the nearest: in a pipeline or a ring that is the one we just fed). */
+static int next_ready(int me) {
+    int best = -1;
+    int64_t most = 0;
+    for (int k = 1; k < vm.nranks; k++) {
+        int c = (me + k) % vm.nranks;
+        if (!is_waiting(c)) continue;
+        int64_t u = __atomic_load_n(&rank_entry(c)->unconsumed, __ATOMIC_RELAXED);
+        if (u > most) most = u, best = c;
+    }
+    return best;
+}
+
 static int next_unconsumed(int exclude) {
     int best = -1;
     int64_t most = 0;
@@ -283,6 +303,14 @@ static int choose_next(int t, int waiting_for) {
      * starve a third one. */
     if (vm.me->ctx_switches % VM_RR_EVERY == VM_RR_EVERY - 1) return next_rr(me);
     switch (vm.job->heuristic) {
+    case VM_HEUR_PROGRESS:
+        /* The rank we wait for, if it can go on; else a rank that can; else the one we wait for (a
+         * collective or a rendezvous may need it); else round robin. The plain sender rule hands the
+         * token to a sender that itself waits for its own sender, so in a ring it walks backwards. */
+        if (waiting_for >= 0 && waiting_for != me && is_ready(waiting_for)) return waiting_for;
+        c = next_ready(me);
+        if (c < 0 && waiting_for >= 0 && waiting_for != me && is_waiting(waiting_for)) c = waiting_for;
+        break;
     case VM_HEUR_SENDER:
         if (waiting_for >= 0 && waiting_for != me && is_waiting(waiting_for)) return waiting_for;
         c = next_unconsumed(me);

@@ -32,7 +32,7 @@ import psutil
 
 from vmsched.config import Config, ConfigError, load_config
 from vmsched.cpumanager.client import CpuManagerClient
-from vmsched.cpumanager.shm_layout import HEURISTIC_NAMES
+from vmsched.cpumanager.shm_layout import DEFAULT_HEURISTIC, HEURISTIC_NAMES
 from vmsched.protocol import DaemonUnavailable, ProtocolError
 from vmsched.vmruntime.build import BuildError, library_path
 from vmsched.vmruntime.shmclean import remove_leftovers, shm_segments
@@ -89,8 +89,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("-n", "--nranks", type=int, required=True, help="number of ranks")
     p.add_argument("--max-mpl", type=int, default=1, help="how far the job may be folded (default 1)")
     p.add_argument("--queue", choices=("lbd", "local", "global"), help="queue type (default: manager's, lbd)")
-    p.add_argument("--heuristic", choices=tuple(HEURISTIC_NAMES.values()), default="sender",
-                   help="next-rank heuristic of the global queue (default sender)")  # fmt: skip
+    p.add_argument("--heuristic", choices=tuple(HEURISTIC_NAMES.values()), default=DEFAULT_HEURISTIC,
+                   help="next-rank heuristic of the global queue (default %(default)s)")  # fmt: skip
     p.add_argument("--spin-us", type=int, default=0, help="spin this long before blocking (default 0)")
     p.add_argument("--job-id", type=int, help=f"job id (default: {JOB_ID_BASE} + vmrun's pid)")
     p.add_argument("--state-dir", help="vmsched state directory (default: $VMSCHED_STATE_DIR)")

@@ -1,0 +1,261 @@
+"""The runtime on programs nobody here wrote: every communication pattern, folded, every way, one table.
+
+Programs: the plain-MPI C programs of bench/patterns/patterns.c (ring in both directions, a pipeline,
+master-worker with uneven tasks, a 2-D halo exchange, all-to-all, random pairs, a hand-made reduction
+tree; written as any MPI user would, knowing nothing of vmsched) and the apps of vmsched/apps.
+
+Shapes: MPL 2 and 4 on one and on two CPUs (2 ranks on 1 CPU, 4 on 1, 4 on 2, 8 on 2). A job on one
+CPU runs beside a compute-bound job (2 ranks) that holds the other CPU, as on a shared node.
+
+Ways, per program and shape, in one invocation:
+- vmsched: under a private CPU manager with vmrun - `default` (no options), each global-queue
+  heuristic (`progress`, `sender`, `unconsumed`, `affinity`, `rr`) and `local` queues;
+- `mpich-yield`: plain mpiexec with MPICH's own yielding (MPIR_CVAR_POLLS_BEFORE_YIELD=1,
+  MPIR_CVAR_ENABLE_HEAVY_YIELD=1), on the job's CPUs by taskset;
+- `taskset`: plain mpiexec on the job's CPUs, split by hand from the compute job (the reference);
+- `timesharing`: plain mpiexec for both jobs, no pinning (one-CPU shapes only; on two CPUs it is
+  `taskset`).
+
+Each case runs at least --min-s seconds: the taskset run is made first and the iteration count scaled
+until it takes that long; every way then runs the same count. Every result is checked: the program's own
+verdict, and its checksum equal to that of the plain taskset run. Figures per row: default / best of the
+vmsched ways, default / taskset, timesharing / default. Last line: JSON.
+
+    python bench/patterns.py [--quick] [--programs ring,halo2d,ep] [--shapes 4x1,8x2] [--plot FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from vmsched.apps import registry  # noqa: E402
+from vmsched.apps.result import parse_result  # noqa: E402
+from vmsched.vmruntime.testing import (  # noqa: E402
+    PY,
+    Manager,
+    compile_c_program,
+    end_job,
+    mpiexec,
+    rank_pids,
+    selftest_cmd,
+    vmrun_cmd,
+)
+
+HERE = Path(__file__).resolve().parent
+HEURISTICS = ("progress", "sender", "unconsumed", "affinity", "rr")
+VMSCHED_WAYS = ("default", *HEURISTICS, "local")
+PLAIN_WAYS = ("mpich-yield", "taskset", "timesharing")
+SHAPES = ((2, 1), (4, 1), (4, 2), (8, 2))  # (ranks, CPUs)
+COMPUTE = selftest_cmd("send", "--variant", "50x1", "--iters", "1000000", "--work", "50")  # runs until stopped
+MPICH_YIELD = {"MPIR_CVAR_POLLS_BEFORE_YIELD": "1", "MPIR_CVAR_ENABLE_HEAVY_YIELD": "1"}
+
+# C patterns: (iterations to start the calibration from, work units per rank per iteration)
+PATTERNS = {
+    "ring": (20000, 0), "ring-rev": (20000, 0), "pipeline": (20000, 1), "master-worker": (2000, 5),
+    "halo2d": (2000, 2), "alltoall": (5000, 1), "random-pairs": (10000, 1), "tree": (10000, 1),
+}  # fmt: skip
+APPS = {"ep": "S", "mg": "S", "ft": "S", "cg": "W", "sweep": "S"}
+
+
+@dataclass(frozen=True)
+class Run:
+    ok: bool
+    checksum: str
+    seconds: float
+
+
+class Program:
+    def __init__(self, name: str, exe: Path | None) -> None:
+        self.name, self.exe = name, exe
+        self.is_app = exe is None
+        self.iters, self.work = (0, 0) if self.is_app else PATTERNS[name]
+
+    @property
+    def label(self) -> str:
+        return f"app {self.name}.{APPS[self.name]}" if self.is_app else self.name
+
+    def allows(self, nranks: int) -> bool:
+        return not self.is_app or registry.get_spec(self.name).allowed(nranks)
+
+    def argv(self) -> list[str]:
+        if self.is_app:
+            return [PY, "-m", f"vmsched.apps.{self.name}", "--class", APPS[self.name]]
+        return [str(self.exe), self.name, str(self.iters), str(self.work)]
+
+    def parse(self, stdout: str) -> Run:
+        if self.is_app:
+            r = parse_result(stdout)
+            return Run(bool(r["verified"]), str(r["checksum"]), float(r["time"]))
+        r = json.loads(stdout.strip().splitlines()[-1])
+        return Run(bool(r["ok"]), r["checksum"], float(r["elapsed_s"]))
+
+
+def run(cmd: list[str], prog: Program, env: dict[str, str] | None = None) -> Run:
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
+    if res.returncode not in (0, 1):
+        raise RuntimeError(f"{' '.join(cmd)} exited {res.returncode}: {res.stderr[-1500:]}")
+    return prog.parse(res.stdout)
+
+
+def start_compute(cmd: list[str], env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    comp = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 30
+    while len(rank_pids(comp.pid)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    time.sleep(0.5)  # past start-up, computing
+    return comp
+
+
+def plain(prog: Program, nranks: int, cpus: int, way: str) -> Run:
+    mine, other = ("0", "1") if cpus == 1 else ("0-1", None)
+    env = {**os.environ, **MPICH_YIELD} if way == "mpich-yield" else None
+    pin = (lambda c: []) if way == "timesharing" else (lambda c: ["taskset", "-c", c])  # noqa: E731
+    comp = start_compute([*pin(other), mpiexec(), "-n", "2", *COMPUTE]) if other else None
+    try:
+        return run([*pin(mine), mpiexec(), "-n", str(nranks), *prog.argv()], prog, env)
+    finally:
+        if comp:
+            end_job(comp)
+
+
+def folded(m: Manager, prog: Program, nranks: int, cpus: int, way: str) -> Run:
+    comp = start_compute(vmrun_cmd(m.state_dir, 2, 2, COMPUTE, queue="local"), m.env()) if cpus == 1 else None
+    opts: dict[str, str] = {}
+    if way == "local":
+        opts["queue"] = "local"
+    elif way in HEURISTICS:
+        opts = {"queue": "global", "heuristic": way}
+    try:
+        return run(vmrun_cmd(m.state_dir, nranks, nranks // cpus, prog.argv(), **opts), prog, m.env())
+    finally:
+        if comp:
+            end_job(comp)
+
+
+def calibrate(prog: Program, nranks: int, cpus: int, min_s: float) -> Run:
+    """The reference run (taskset), with the iteration count scaled until it lasts min_s."""
+    ref = plain(prog, nranks, cpus, "taskset")
+    for _ in range(3):
+        if prog.is_app or ref.seconds >= min_s:
+            break
+        prog.iters = math.ceil(prog.iters * 1.25 * min_s / max(ref.seconds, 0.01))
+        ref = plain(prog, nranks, cpus, "taskset")
+    return ref
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--programs", help="comma-separated patterns and apps (default: all)")
+    p.add_argument("--shapes", help="comma-separated RANKSxCPUS (default 2x1,4x1,4x2,8x2)")
+    p.add_argument("--min-s", type=float, default=1.0, help="shortest reference run in seconds (default 1)")
+    p.add_argument("--quick", action="store_true", help="4 ranks on 1 CPU, default/progress/sender/local/taskset")
+    p.add_argument("--plot", type=Path, help="also draw default/taskset and default/best per case")
+    args = p.parse_args()
+    names = args.programs.split(",") if args.programs else [*PATTERNS, *APPS]
+    shapes = [tuple(map(int, s.split("x"))) for s in args.shapes.split(",")] if args.shapes else list(SHAPES)
+    ways = [*VMSCHED_WAYS, *PLAIN_WAYS]
+    if args.quick:
+        shapes, ways = [(4, 1)], ["default", "progress", "sender", "local", "taskset"]
+    with tempfile.TemporaryDirectory(prefix="vmsched-patterns-") as tmp:
+        exe = compile_c_program(HERE / "patterns" / "patterns.c", Path(tmp))
+        programs = []
+        for n in names:
+            if n not in PATTERNS and n not in APPS:
+                p.error(f"unknown program {n!r}; patterns: {', '.join(PATTERNS)}; apps: {', '.join(APPS)}")
+            programs.append(Program(n, None if n in APPS else exe))
+        rows = []
+        with Manager(cpus="0-1") as m:
+            for prog in programs:
+                for nranks, cpus in shapes:
+                    if not prog.allows(nranks):
+                        continue
+                    ref = calibrate(prog, nranks, cpus, args.min_s)
+                    times: dict[str, Run] = {"taskset": ref}
+                    for way in ways:
+                        if way == "taskset" or (way == "timesharing" and cpus == 2):
+                            continue
+                        times[way] = plain(prog, nranks, cpus, way) if way in PLAIN_WAYS else folded(
+                            m, prog, nranks, cpus, way)  # fmt: skip
+                    bad = [w for w, r in times.items() if not r.ok or r.checksum != ref.checksum]
+                    row = {"program": prog.label, "ranks": nranks, "cpus": cpus, "iters": prog.iters,
+                           "seconds": {w: round(r.seconds, 4) for w, r in times.items()}, "bad": bad}  # fmt: skip
+                    rows.append(row)
+                    print_row(row, flush=True)
+    return report(rows, args.plot)
+
+
+def ratios(row: dict) -> dict[str, float]:
+    s = row["seconds"]
+    best = min(v for w, v in s.items() if w in VMSCHED_WAYS)
+    out = {"default_vs_best": s["default"] / best, "default_vs_taskset": s["default"] / s["taskset"]}
+    if "timesharing" in s:
+        out["timesharing_vs_default"] = s["timesharing"] / s["default"]
+    return out
+
+
+def print_row(row: dict, flush: bool = False) -> None:
+    s, r = row["seconds"], ratios(row)
+    best = min((w for w in s if w in VMSCHED_WAYS), key=s.get)
+    ts = f"{r['timesharing_vs_default']:6.2f}" if "timesharing_vs_default" in r else "     -"
+    print(f"{row['program']:<14} {row['ranks']}x{row['cpus']} {s['default']:8.3f} {best:>10} {s[best]:8.3f} "
+          f"{r['default_vs_best']:6.2f} {s['taskset']:8.3f} {r['default_vs_taskset']:6.2f} {ts}  "
+          f"{'ok' if not row['bad'] else 'BAD ' + ','.join(row['bad'])}", flush=flush)  # fmt: skip
+
+
+def report(rows: list[dict], plot: Path | None) -> int:
+    print(f"\n{'program':<14} RxC  default  best way     best  d/best  taskset d/task ts/def  results")
+    for row in rows:
+        print_row(row)
+    print("\nseconds per way:")
+    for row in rows:
+        print(f"  {row['program']} {row['ranks']}x{row['cpus']} (iters {row['iters']}): "
+              + " ".join(f"{w}={v:.3f}" for w, v in row["seconds"].items()))  # fmt: skip
+    rs = [ratios(r) for r in rows]
+    loses = [r["timesharing_vs_default"] for r in rs if r.get("timesharing_vs_default", 0) > 1]
+    figures = {
+        "cases": len(rows),
+        "default_vs_best_worst": round(max(r["default_vs_best"] for r in rs), 3),
+        "default_vs_best_best": round(min(r["default_vs_best"] for r in rs), 3),
+        "default_vs_taskset_worst": round(max(r["default_vs_taskset"] for r in rs), 3),
+        "default_vs_taskset_best": round(min(r["default_vs_taskset"] for r in rs), 3),
+        "timesharing_vs_default_min": round(min(loses), 2) if loses else None,
+        "bad_results": sum(len(r["bad"]) for r in rows),
+    }
+    if plot:
+        draw(rows, rs, plot)
+    print(json.dumps(figures))
+    return 1 if figures["bad_results"] else 0
+
+
+def draw(rows: list[dict], rs: list[dict[str, float]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels = [f"{r['program']} {r['ranks']}x{r['cpus']}" for r in rows]
+    fig, ax = plt.subplots(figsize=(max(8, len(rows) * 0.35), 4.5))
+    x = range(len(rows))
+    ax.bar([i - 0.2 for i in x], [r["default_vs_taskset"] for r in rs], 0.4, label="default / taskset split")
+    ax.bar([i + 0.2 for i in x], [r["default_vs_best"] for r in rs], 0.4, label="default / best vmsched way")
+    ax.axhline(1.1, color="red", lw=0.8, ls="--", label="1.1")
+    ax.set_xticks(list(x), labels, rotation=75, fontsize=7)
+    ax.set_ylabel("time ratio (lower is better)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
