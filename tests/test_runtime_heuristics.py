@@ -5,6 +5,7 @@ per-rank context-switch counters (VMRT_STATS)."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 from pathlib import Path
 
@@ -12,7 +13,8 @@ import pytest
 
 from tests.conftest import REPO
 from vmsched.cpumanager.shm_layout import DEFAULT_HEURISTIC
-from vmsched.vmruntime.testing import Manager, compile_c_program, read_stats, vmrun_cmd
+from vmsched.vmruntime import build
+from vmsched.vmruntime.testing import Manager, compile_c_program, mpiexec, read_stats, vmrun_cmd
 
 LAPS, RANKS = 2000, 4
 
@@ -47,3 +49,42 @@ def test_progress_hands_the_token_forward_in_a_ring(patterns, tmp_path, pattern)
 def test_sender_walks_a_ring_backwards(patterns, tmp_path):
     # The measurement tells the two apart: the sender we wait for is itself still waiting.
     assert switches_per_rank_lap(patterns, tmp_path, "ring", "sender") > 2.0
+
+
+# MPI functions that never wait for another rank (local queries), and communicator management, whose
+# waits happen inside MPICH where the runtime's sched_yield hook catches them (libvmrt.c).
+LOCAL = {"MPI_Comm_rank", "MPI_Comm_size", "MPI_Wtime", "MPI_Dims_create", "MPI_Cart_coords", "MPI_Cart_shift"}
+WAITS_VIA_YIELD = {"MPI_Cart_create", "MPI_Comm_free"}
+PATTERNS = ("ring", "ring-rev", "pipeline", "master-worker", "halo2d", "alltoall", "random-pairs", "tree")
+
+
+def symbols(path: Path, *flags: str) -> set[str]:
+    out = subprocess.run(["nm", *flags, str(path)], capture_output=True, text=True, check=True).stdout
+    return {line.split()[-1] for line in out.splitlines() if line.split()[-1].startswith("MPI_")}
+
+
+def test_every_mpi_function_the_patterns_call_is_wrapped(patterns):
+    """Statically: every MPI function the pattern programs import is one the runtime wraps (or one
+    that cannot wait); a new pattern calling an unwrapped function fails here."""
+    wrapped = symbols(build.library_path(), "-D", "--defined-only")
+    imported = symbols(patterns, "-u")
+    assert imported, "nm found no MPI imports: the check would prove nothing"
+    assert imported - wrapped - LOCAL - WAITS_VIA_YIELD == set()
+
+
+def test_every_pattern_call_is_counted_under_the_runtime(patterns, tmp_path):
+    """Dynamically: run every pattern with the runtime preloaded; each wrapped function the programs
+    import is seen by the wrappers, and every result is the plain run's."""
+    seen: set[str] = set()
+    for pattern in PATTERNS:
+        stats = tmp_path / f"{pattern}.jsonl"
+        argv = [str(patterns), pattern, "50", "0"]
+        plain = subprocess.run([mpiexec(), "-n", "4", *argv], capture_output=True, text=True, timeout=120)
+        preload = ["-genv", "VMRT_STATS", str(stats), "-genv", "LD_PRELOAD", str(build.library_path())]
+        res = subprocess.run([mpiexec(), "-n", "4", *preload, *argv], capture_output=True, text=True, timeout=120)
+        assert res.returncode == 0 and plain.returncode == 0, res.stderr + plain.stderr
+        assert json.loads(res.stdout)["checksum"] == json.loads(plain.stdout)["checksum"], pattern
+        seen |= set().union(*(r["calls"] for r in read_stats(stats)))
+    wrapped = {s.removeprefix("MPI_") for s in symbols(build.library_path(), "-D", "--defined-only")}
+    used = {s.removeprefix("MPI_") for s in symbols(patterns, "-u")} & wrapped
+    assert used - seen == set(), "calls that bypassed the wrappers"
