@@ -34,9 +34,12 @@ def work(units: int, seed: int) -> int:
 
 
 def ring(comm: MPI.Comm, args: argparse.Namespace) -> dict[str, object]:
-    """An array travels L laps around the ring; every rank adds rank+1 to each element."""
+    """An array travels L laps around the ring (rank r to r + 1, or r - 1 with --reverse); every rank adds
+    rank+1 to each element."""
     n, r = comm.size, comm.rank
     left, right = (r - 1) % n, (r + 1) % n
+    if args.reverse:  # the token travels from rank r to r - 1
+        left, right = right, left
     comm.Barrier()
     t0 = time.perf_counter()
     v = np.arange(args.size, dtype=np.int64) if r == 0 else np.empty(args.size, dtype=np.int64)
@@ -200,6 +203,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--laps", type=int, default=200)
     p.add_argument("--size", type=int, default=8)
     p.add_argument("--pickle", action="store_true", help="ring: lowercase (pickled) send/recv")
+    p.add_argument("--reverse", action="store_true", help="ring: send to rank r - 1 instead of r + 1")
     p.add_argument("--iters", type=int, default=50)
     p.add_argument("--variant", default="50x2", help="send: PxK, P %% of ranks compute K times more")
     p.add_argument("--work", type=int, default=10, help="send: work units (~1 ms) per iteration")
