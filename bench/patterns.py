@@ -17,9 +17,9 @@ Ways, per program and shape, in one invocation:
   `taskset`).
 
 Each case runs at least --min-s seconds folded: the run with default options is made first and the
-iteration count scaled until it takes that long; every way then runs the same count. Every result is checked: the program's own
-verdict, and its checksum equal to that of the plain taskset run. Figures per row: default / best of the
-vmsched ways, default / taskset, timesharing / default. Last line: JSON.
+iteration count scaled until it takes that long; every way then runs the same count. Every result is
+checked: the program's own verdict, and its checksum equal to that of the plain taskset run. Figures
+per row: default / best of the vmsched ways, default / taskset, timesharing / default. Last line: JSON.
 
     python bench/patterns.py [--quick] [--programs ring,halo2d,ep] [--shapes 4x1,8x2] [--plot FILE]
 """
