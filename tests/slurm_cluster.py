@@ -1,0 +1,176 @@
+"""A real Slurm cluster on this one machine for the tests: munge, slurmctld and two slurmd (n1, n2).
+
+Slurm's multiple-slurmd support lets one host run several nodes (each `slurmd -N NAME` on its own
+port). Everything lives under one temporary directory (configuration, munge key and socket, state,
+spool, logs); every daemon runs in the foreground as a child of this process and is stopped by its pid,
+and the step daemons (`slurmstepd`) that outlive a stopped slurmd are found by their parent slurmd's
+pid and stopped too. Needs Debian's `slurm-wlm` and `munge` (the README's test command installs them).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+
+NODES = ("n1", "n2")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class SlurmCluster:
+    """`cpus_per_node`: the CPUs Slurm believes each node has (several jobs may share them with
+    OverSubscribe); `extra_conf`: more slurm.conf lines (e.g. PlugStackConfig)."""
+
+    def __init__(self, cpus_per_node: int = 1, extra_conf: str = "", oversubscribe: str = "FORCE:4") -> None:
+        self.root = Path(tempfile.mkdtemp(prefix="vmsched-slurm-"))
+        self.root.chmod(0o755)  # the job's user must reach its working directory
+        for d in ("state", "spool", "log", "munge"):
+            (self.root / d).mkdir()
+        (self.root / "munge").chmod(0o700)
+        self.conf = self.root / "slurm.conf"
+        self.munge_socket = self.root / "munge" / "munge.socket"
+        key = self.root / "munge" / "munge.key"
+        key.write_bytes(os.urandom(128))
+        key.chmod(0o400)
+        self.ctld_port = free_port()
+        self.node_ports = {n: free_port() for n in NODES}
+        nodes = "\n".join(
+            f"NodeName={n} NodeHostname=localhost NodeAddr=127.0.0.1 Port={p} CPUs={cpus_per_node} State=UNKNOWN"
+            for n, p in self.node_ports.items()
+        )
+        self.conf.write_text(f"""\
+ClusterName=vmtest
+SlurmctldHost=localhost(127.0.0.1)
+SlurmctldPort={self.ctld_port}
+AuthType=auth/munge
+AuthInfo=socket={self.munge_socket}
+CredType=cred/munge
+SlurmUser=root
+SlurmdUser=root
+StateSaveLocation={self.root}/state
+SlurmdSpoolDir={self.root}/spool/%n
+SlurmctldPidFile={self.root}/slurmctld.pid
+SlurmdPidFile={self.root}/slurmd.%n.pid
+SlurmctldLogFile={self.root}/log/slurmctld.log
+SlurmdLogFile={self.root}/log/slurmd.%n.log
+SlurmctldParameters=enable_configless
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SwitchType=switch/none
+MpiDefault=none
+SchedulerType=sched/backfill
+SelectType=select/cons_tres
+SelectTypeParameters=CR_CPU
+ReturnToService=2
+SlurmdTimeout=30
+InactiveLimit=0
+KillWait=5
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+{nodes}
+PartitionName=vm Nodes={",".join(NODES)} Default=YES OverSubscribe={oversubscribe} MaxTime=INFINITE State=UP
+{extra_conf}
+""")
+        self.env = {**os.environ, "SLURM_CONF": str(self.conf)}
+        self.procs: dict[str, subprocess.Popen] = {}
+
+    def start(self) -> SlurmCluster:
+        try:
+            munged = ["munged", "--foreground", "--force", f"--socket={self.munge_socket}",
+                      f"--key-file={self.root}/munge/munge.key", f"--pid-file={self.root}/munge/munged.pid",
+                      f"--log-file={self.root}/log/munged.log", f"--seed-file={self.root}/munge/seed"]  # fmt: skip
+            self._spawn("munged", munged)
+            self._wait(lambda: self.munge_socket.exists(), "munged's socket")
+            self._spawn("slurmctld", ["slurmctld", "-D", "-i", "-f", str(self.conf)])
+            for n in NODES:
+                self._spawn(n, ["slurmd", "-D", "-N", n, "-f", str(self.conf)])
+            self._wait(self.nodes_idle, "both nodes to be idle", timeout=60)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _spawn(self, name: str, argv: list[str]) -> None:
+        log = open(self.root / "log" / f"{name}.out", "ab")  # noqa: SIM115 - lives as long as the daemon
+        self.procs[name] = subprocess.Popen(argv, env=self.env, stdout=log, stderr=log, start_new_session=True)
+
+    def _wait(self, predicate, what: str, timeout: float = 30.0) -> None:  # noqa: ANN001
+        deadline = time.monotonic() + timeout
+        while not predicate():
+            for name, p in self.procs.items():
+                if p.poll() is not None:
+                    raise RuntimeError(f"{name} exited with {p.returncode}: {self.logs()}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"timed out waiting for {what}: {self.logs()}")
+            time.sleep(0.1)
+
+    def run(self, *argv: str, timeout: float = 120, check: bool = True, **kw) -> subprocess.CompletedProcess:
+        r = subprocess.run(list(argv), env={**self.env, **kw.pop("env", {})}, capture_output=True, text=True,
+                           timeout=timeout, cwd=kw.pop("cwd", self.root), **kw)  # fmt: skip
+        if check and r.returncode != 0:
+            raise RuntimeError(f"{' '.join(argv)} exited {r.returncode}: {r.stdout[-2000:]} {r.stderr[-2000:]}")
+        return r
+
+    def nodes_idle(self) -> bool:
+        r = self.run("sinfo", "-h", "-N", "-o", "%N %t", check=False, timeout=10)
+        states = dict(line.split() for line in r.stdout.splitlines() if line.strip())
+        return r.returncode == 0 and all(states.get(n) == "idle" for n in NODES)
+
+    def logs(self) -> str:
+        out = []
+        for f in sorted((self.root / "log").glob("*")):
+            out.append(f"--- {f.name}\n{f.read_text(errors='replace')[-1500:]}")
+        return "\n".join(out)
+
+    def step_daemons(self) -> list[psutil.Process]:
+        """slurmstepd processes started by our slurmd daemons (they outlive a stopped slurmd)."""
+        found = []
+        for n in NODES:
+            p = self.procs.get(n)
+            if p is None:
+                continue
+            try:
+                found += [c for c in psutil.Process(p.pid).children() if c.name() == "slurmstepd"]
+            except psutil.NoSuchProcess:
+                pass
+        return found
+
+    def stop(self) -> None:
+        """Cancel every job, then stop step daemons, slurmd, slurmctld and munged, each by its pid."""
+        if "slurmctld" in self.procs and self.procs["slurmctld"].poll() is None:
+            self.run("scancel", "--full", "-u", "root", check=False, timeout=20)
+            deadline = time.monotonic() + 20
+            while self.run("squeue", "-h", check=False, timeout=10).stdout.strip() and time.monotonic() < deadline:
+                time.sleep(0.2)
+        steps = self.step_daemons()
+        for s in steps:
+            tree = [s, *s.children(recursive=True)]
+            for p in tree:
+                try:
+                    p.send_signal(signal.SIGCONT)
+                    p.kill()
+                except psutil.NoSuchProcess:
+                    pass
+            psutil.wait_procs(tree, timeout=10)
+        for name in (*NODES, "slurmctld", "munged"):
+            p = self.procs.get(name)
+            if p is not None and p.poll() is None:
+                p.terminate()
+                try:
+                    p.wait(timeout=20)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait()
+        shutil.rmtree(self.root, ignore_errors=True)
