@@ -106,3 +106,29 @@ def test_carrying_the_conservative_plan_over_changes_no_decision(
         plan_cache.ENABLED = True
     if factor == 1.0:
         assert sum(p is not None for p in reused) > 10, "the plan was never carried over: nothing was compared"
+
+
+@pytest.mark.parametrize(
+    "spec", ["fcfs+easy:none", "moldable+conservative:none", "asp-max", "psa+easy:none", "sa-start+easy:none",
+             "fcfs+easy:abort", "fjt+easy:malleable", "folding", "sa-submit"]  # fmt: skip
+)
+def test_the_full_machine_shortcut_changes_no_decision(spec: str) -> None:
+    """decide() skips the workspace when every CPU is held and nothing could free one (core.no_room):
+    at every instant of a simulated workload, the full decision path gives the same."""
+    from vmsched.launcher.policy.core import decide_in_workspace, no_room
+    from vmsched.launcher.policy.start_rules import RULES
+
+    cfg = parse_policy_spec(spec)
+    rule, shortcuts, instants = RULES[cfg.policy], 0, 0
+    for seed in (3, 4, 5):
+
+        def check(snap: Snapshot, decisions: list) -> None:
+            nonlocal shortcuts, instants
+            instants += 1
+            assert decide_in_workspace(snap, cfg, rule) == decisions, f"t={snap.now:g}"
+            shortcuts += no_room(snap, cfg, rule)
+
+        simulate(_workload(seed, n=60), 8, cfg, folding_runtime, on_decide=check)
+    assert instants > 100
+    takes_it = not (rule.makes_room or rule.molds_queued or (cfg.backfill != "none" and cfg.expiry != "none"))
+    assert (shortcuts > 0) == takes_it, (shortcuts, instants)

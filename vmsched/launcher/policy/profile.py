@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left, bisect_right
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from itertools import accumulate, chain
 from operator import itemgetter
 
@@ -21,18 +21,28 @@ class FreeProfile:
     """Free CPUs from `now` on; intervals are half-open [start, end)."""
 
     def __init__(self, now: float, free_now: int, releases: Iterable[tuple[float, int]] = ()) -> None:
-        self.now = now
-        # Built in one sorted pass of C-level steps (zip, accumulate, dict), not by _add per release
-        # (quadratic in running jobs) nor by a Python loop: the simulator builds one at most events.
         rel = sorted(filter(_CPUS, releases))
+        ends, cpus = zip(*rel, strict=True) if rel else ((), ())
+        self._build(now, free_now, ends, cpus)
+
+    @classmethod
+    def of_sorted(cls, now: float, free_now: int, ends: Sequence[float], cpus: Sequence[int]) -> FreeProfile:
+        """The profile of releases already sorted by time, each of at least one CPU (running jobs)."""
+        out = cls.__new__(cls)
+        out._build(now, free_now, ends, cpus)
+        return out
+
+    def _build(self, now: float, free_now: int, ends: Sequence[float], cpus: Sequence[int]) -> None:
+        # Built from sorted releases with C-level steps (accumulate, dict), not by _add per release
+        # (quadratic in running jobs) nor by a Python loop: the simulator builds one at most events.
+        self.now = now
         times, free = [now], [free_now]
-        if rel:
-            ends, cpus = zip(*rel, strict=True)
+        if ends:
             # A job past its estimate still holds its CPUs now: expect them the instant after.
             after_now = math.nextafter(now, math.inf)
             k = bisect_left(ends, after_now)
             if k:
-                ends = (after_now,) * k + ends[k:]
+                ends = [after_now] * k + list(ends[k:])
             # dict keeps, for equal times, the last running total: one step per distinct time.
             steps = dict(zip(chain((now,), ends), accumulate(cpus, initial=free_now), strict=True))
             times, free = list(steps), list(steps.values())

@@ -25,6 +25,10 @@ from .workspace import Workspace
 
 class StartRule:
     name = ""
+    # Whether try_start may shrink running jobs to make room (it can then start a job with no CPU
+    # free), and whether mold_new changes queued jobs: decide() cannot skip a full machine then.
+    makes_room = False
+    molds_queued = False
     # Whether `preferred` depends on more than the job, the machine size and the config (the queue, the
     # profile): a conservative plan can then not be carried over to the next pass.
     preferred_depends_on_state = False
@@ -130,6 +134,7 @@ class Folding(StartRule):
     nothing is folded and the job waits."""
 
     name = "folding"
+    makes_room = True
 
     def shapes(self, job: QueuedJob, ws: Workspace) -> list[Shape]:
         return [Shape(n, 1) for n in percentage_offers(job.procs, ws.cfg.moldable_percentages)]
@@ -190,6 +195,7 @@ class Fjt(StartRule):
     """
 
     name = "fjt"
+    makes_room = True
     preferred_depends_on_state = True
 
     def long_mpl(self, ws: Workspace, user_cap: int | None) -> int:
@@ -297,6 +303,7 @@ class SaSubmit(SaStart):
     (running jobs plus the reservations of the jobs ahead of it), and then waits for that size."""
 
     name = "sa-submit"
+    molds_queued = True
     preferred_depends_on_state = False  # a molded job has one size
 
     def mold_new(self, ws: Workspace) -> None:

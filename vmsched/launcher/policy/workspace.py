@@ -121,8 +121,8 @@ class Workspace:
 
     def profile(self) -> FreeProfile:
         """Free CPUs from now on as running jobs reach their estimated ends."""
-        active = self.active()
-        return FreeProfile(self.now, self.free_now(), zip(map(_END, active), map(_HELD, active), strict=True))
+        by_end = sorted(self.active(), key=_END)
+        return FreeProfile.of_sorted(self.now, self.free_now(), list(map(_END, by_end)), list(map(_HELD, by_end)))
 
     def _replace_running(self, job: RunningJob) -> None:
         old = self.running.get(job.job_id)
