@@ -109,8 +109,18 @@ def test_carrying_the_conservative_plan_over_changes_no_decision(
 
 
 @pytest.mark.parametrize(
-    "spec", ["fcfs+easy:none", "moldable+conservative:none", "asp-max", "psa+easy:none", "sa-start+easy:none",
-             "fcfs+easy:abort", "fjt+easy:malleable", "folding", "sa-submit"]  # fmt: skip
+    "spec",
+    [
+        "fcfs+easy:none",
+        "moldable+conservative:none",
+        "asp-max",
+        "psa+easy:none",
+        "sa-start+easy:none",
+        "fcfs+easy:abort",
+        "fjt+easy:malleable",
+        "folding",
+        "sa-submit",
+    ],  # fmt: skip
 )
 def test_the_full_machine_shortcut_changes_no_decision(spec: str) -> None:
     """decide() skips the workspace when every CPU is held and nothing could free one (core.no_room):
