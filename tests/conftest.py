@@ -47,13 +47,18 @@ class CpuManagerProcess:
 
     def start(self) -> CpuManagerProcess:
         STARTED_INSTANCES.add(self.cfg.instance)
-        self.proc = subprocess.Popen(self.args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        # stderr to a file, not a pipe: nobody reads a pipe while the daemon runs, and a daemon that logs
+        # enough (a rejected request is a warning line) would block on a full pipe and hang.
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        self.stderr_path = self.state_dir / "cpumanager.stderr"
+        self.stderr = open(self.stderr_path, "w")  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen(self.args, stdout=subprocess.DEVNULL, stderr=self.stderr, text=True,
                                      env=self.env, cwd=self.cwd)  # fmt: skip
         client = CpuManagerClient(self.cfg, timeout_s=1.0)
 
         def up() -> bool:
             if self.proc.poll() is not None:
-                pytest.fail(f"vm-cpumanager exited with {self.proc.returncode}: {self.proc.stderr.read()}")
+                pytest.fail(f"vm-cpumanager exited with {self.proc.returncode}: {self.stderr_path.read_text()}")
             try:
                 return client.call("ping")["pid"] == self.proc.pid
             except DaemonUnavailable:
@@ -89,7 +94,7 @@ class CpuManagerProcess:
                         pass
             pytest.fail("vm-cpumanager did not stop on SIGTERM within 10 s")
         finally:
-            self.proc.stderr.close()
+            self.stderr.close()
 
 
 @pytest.fixture
@@ -115,6 +120,24 @@ def spawn() -> Iterator:
             os.kill(p.pid, signal.SIGCONT)
             p.kill()
         p.wait(timeout=10)
+
+
+# Generated cases per fuzzed input kind (tests/test_fuzz.py), printed at the end of the run.
+FUZZ_CASES: dict[str, int] = {}
+FUZZ_FLOOR = 10_000  # the acceptance's floor, checked when every kind ran
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:  # noqa: ANN001
+    if FUZZ_CASES:
+        total = sum(FUZZ_CASES.values())
+        parts = ", ".join(f"{n} {k}" for k, n in FUZZ_CASES.items())
+        terminalreporter.write_line(f"fuzz: {total} generated cases ({parts}); no crash, every rejection explained")
+
+
+def pytest_sessionfinish(session, exitstatus) -> None:  # noqa: ANN001
+    if len(FUZZ_CASES) == 6 and sum(FUZZ_CASES.values()) < FUZZ_FLOOR and exitstatus == 0:
+        session.exitstatus = 1  # fewer cases than the floor: the fuzzing proved less than it claims
+        print(f"\nfuzz: only {sum(FUZZ_CASES.values())} cases, fewer than {FUZZ_FLOOR}")
 
 
 def vmsched_shm_entries() -> set[str]:
