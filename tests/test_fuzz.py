@@ -14,6 +14,7 @@ import signal
 import sqlite3
 import string
 import subprocess
+from collections.abc import Callable
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -208,18 +209,25 @@ def table_jobs(c: Client) -> list[tuple]:
     return [(j["job"], j["nranks"], j["max_mpl"], j["suspended"], j["leader_pid"]) for j in c.call("status")["jobs"]]
 
 
+def send(c: Client, payload: bytes, state: Callable[[], object]) -> tuple[dict, object]:
+    """Send one fuzzed request: the reply is well formed, and a refusal says why and changes nothing
+    in `state`. Returns the reply and the state from before."""
+    before = state()
+    reply = c.request_raw(payload)
+    assert isinstance(reply, dict) and isinstance(reply.get("ok"), bool)
+    if not reply["ok"]:
+        assert isinstance(reply.get("error"), str) and reply["error"], reply
+        assert state() == before, f"{payload!r} was refused ({reply['error']}) but changed the daemon's state"
+    return reply, before
+
+
 @fuzz(1500)
 @given(messages(LAUNCHER_OPS))
 def test_launcher_socket_messages(node, payload: bytes) -> None:
     count("launcher socket messages")
     c = Client(node.cfg.launcher_socket, timeout_s=10)
     try:
-        before = db_state(node)
-        reply = c.request_raw(payload)
-        assert isinstance(reply, dict) and isinstance(reply.get("ok"), bool)
-        if not reply["ok"]:
-            assert isinstance(reply.get("error"), str) and reply["error"], reply
-            assert db_state(node) == before, f"{payload!r} was refused ({reply['error']}) but changed the store"
+        send(c, payload, lambda: db_state(node))
         assert c.call("ping")["ok"] and c.call("info")["paused"]
     finally:
         c.close()
@@ -245,13 +253,8 @@ def test_cpumanager_socket_messages(node, victim, data) -> None:
     payload = data.draw(messages(CPU_OPS, [victim.pid, *NO_SUCH_PIDS, 0, -3]))
     c = Client(node.cfg.cpumanager_socket, timeout_s=10)
     try:
-        before = table_jobs(c)
-        reply = c.request_raw(payload)
-        assert isinstance(reply, dict) and isinstance(reply.get("ok"), bool)
-        if not reply["ok"]:
-            assert isinstance(reply.get("error"), str) and reply["error"], reply
-            assert table_jobs(c) == before, f"{payload!r} was refused ({reply['error']}) but changed the table"
-        else:  # accepted (a valid admit, say): undo it so that later cases see the same table
+        reply, before = send(c, payload, lambda: table_jobs(c))
+        if reply["ok"]:  # accepted (a valid admit, say): undo it so that later cases see the same table
             for job in {j[0] for j in table_jobs(c)} - {j[0] for j in before}:
                 c.call("release", job=job)
         assert node.cm.proc.poll() is None and node.launcher.poll() is None
