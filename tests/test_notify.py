@@ -3,6 +3,7 @@ notify socket (tests/notify_harness.py), real daemons, real shared memory."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -139,3 +140,29 @@ def test_watchdog_period_and_address():
     assert watchdog_period({}, 42) is None and watchdog_period({"WATCHDOG_USEC": "0"}, 42) is None
     assert socket_address("@vmsched/notify") == "\0vmsched/notify"
     assert socket_address("/run/systemd/notify") == "/run/systemd/notify"
+
+
+def test_ready_after_recovering_the_table(tmp_path, started):
+    """A CPU manager restarted after a crash (Restart=on-failure) is ready once it took the table over."""
+    config = unit_config(tmp_path)
+    cfg = load_config(config)
+    STARTED_INSTANCES.add(cfg.instance)
+    ns = NotifySocket(tmp_path / "notify")
+    env = systemd_env(config, ns)
+    try:
+        first = start("vm-cpumanager.service", config, env, started)
+        ns.wait(first.pid, "READY", "1")
+        first.kill()  # a crash: the table stays in shared memory
+        first.wait(timeout=10)
+        assert cfg.instance in " ".join(vmsched_shm_entries())
+        second = start("vm-cpumanager.service", config, env, started)
+        ready = ns.wait(second.pid, "READY", "1")
+        assert ready.fields["STATUS"].startswith("recovered the table; 0 jobs on 0/2 CPUs")
+        st = json.loads(run_cli(env, tmp_path, "vmcpu", "--json").stdout)
+        assert st["pid"] == second.pid
+        second.terminate()
+        ns.wait(second.pid, "STOPPING", "1", timeout=15)
+        assert second.wait(timeout=15) == 0
+        assert not any(cfg.instance in n for n in vmsched_shm_entries())
+    finally:
+        ns.close()
