@@ -23,7 +23,7 @@ TEST_HANG_ENV = "VMSCHED_TEST_HANG_LOOP_WHILE_EXISTS"
 STATUS_EVERY_S = 1.0  # how often the STATUS= line is refreshed
 
 
-def test_hang_file(env: Mapping[str, str], log: logging.Logger) -> Path | None:
+def hang_hook_file(env: Mapping[str, str], log: logging.Logger) -> Path | None:
     path = env.get(TEST_HANG_ENV)
     if not path:
         return None
@@ -56,7 +56,7 @@ def serve_forever(sock: zmq.Socket, handlers: dict[str, Any], tick: Callable[[],
     stops them and systemd restarts the daemon; `status()` is sent as STATUS= when it changes."""
     stop = False
     notifier = notifier or Notifier({})
-    hang = test_hang_file(os.environ, log)
+    hang = hang_hook_file(os.environ, log)
     ping = notifier.ping_interval() or float("inf")
     next_status = 0.0
 
