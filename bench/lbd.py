@@ -64,9 +64,10 @@ def main() -> int:
                         raise RuntimeError(f"{name} on {q} failed: {res.stderr[-2000:]}")
                     times[(name, q)].append(elapsed(res.stdout))
                     if q == "lbd":
-                        hit = re.search(rf"LBD job {job_id}: CVCS ([0-9.]+) stable, IP ([0-9.]+)% -> (\w+) queue",
+                        hit = re.search(rf"action=lbd_decision job={job_id} cvcs=([0-9.]+) ip=([0-9.e-]+) queue=(\w+)",
                                         m.log_path.read_text())  # fmt: skip
-                        decisions[name].append(f"{hit.group(3)} (IP {hit.group(2)} %)" if hit else "undecided")
+                        decisions[name].append(f"{hit.group(3)} (IP {100 * float(hit.group(2)):.1f} %)" if hit
+                                               else "undecided")  # fmt: skip
     load1 = os.getloadavg()[0]
     src = "vmsched.apps.send"
     print(

@@ -235,7 +235,7 @@ def test_vmrun_of_a_folded_job_from_the_wheel(installed: Installed) -> None:
         res, ref = parse_result(folded.stdout), parse_result(plain.stdout)
         assert res["verified"] is True and res["ranks"] == 4
         assert res["checksum"] == ref["checksum"]
-        assert "(MPL 4)" in cm.cfg.cpumanager_log.read_text(), "the job did not run folded on the one CPU"
+        assert " mpl=4\n" in cm.cfg.cpumanager_log.read_text(), "the job did not run folded on the one CPU"
         # Every rank loaded the installation's runtime (it writes these lines) and took turns on the CPU.
         ranks = read_stats(stats)
         assert sorted(s["rank"] for s in ranks) == [0, 1, 2, 3], ranks
@@ -260,7 +260,7 @@ def test_launcher_job_of_another_user_from_the_wheel(installed: Installed) -> No
         assert out.stat().st_uid == nobody.pw_uid, "the job must run as the user who submitted it"
         res = parse_result(out.read_text())
         assert res["verified"] is True and res["ranks"] == 4
-        assert "(MPL 4)" in node.cfg.cpumanager_log.read_text(), "the job did not run folded on the one CPU"
+        assert " mpl=4\n" in node.cfg.cpumanager_log.read_text(), "the job did not run folded on the one CPU"
         ranks = read_stats(stats)
         assert sorted(s["rank"] for s in ranks) == [0, 1, 2, 3], ranks
         assert {s["job"] for s in ranks} == {job}

@@ -46,5 +46,5 @@ def test_lbd_decision(manager: Manager, variant: str, iters: int, expected: str)
     assert final["queue"] == expected, final
     assert (final["ip"] < 0.10) == (expected == "local")
     log = manager.log_path.read_text()
-    m = re.search(rf"LBD job {job_id}: CVCS ([0-9.]+) stable, IP ([0-9.]+)% -> (\w+) queue", log)
+    m = re.search(rf"action=lbd_decision job={job_id} cvcs=([0-9.]+) ip=([0-9.e-]+) queue=(\w+)", log)
     assert m and m.group(3) == expected, log[-2000:]

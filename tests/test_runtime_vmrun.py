@@ -43,7 +43,7 @@ def test_ranks_get_the_job_environment_and_register(manager: Manager, tmp_path: 
     assert [(tmp_path / f"rank{r}").read_text() for r in (0, 1)] == ["4242 True", "4242 True"]
     ranks = read_stats(stats)
     assert {r["job"] for r in ranks} == {4242} and {r["mode"] for r in ranks} == {"fast"}
-    assert "admitted job 4242: 2 ranks" in manager.log_path.read_text()
+    assert "action=admit job=4242 ranks=2 " in manager.log_path.read_text()
     assert manager.status()["jobs"] == []
 
 

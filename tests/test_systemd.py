@@ -32,6 +32,20 @@ def exec_start(name: str, config: Path) -> list[str]:
     return [str(config) if a == "/etc/vmsched/vmsched.toml" else a for a in argv]
 
 
+def unit_config(tmp_path: Path, extra: str = "") -> Path:
+    """The documented config file, on a state directory under `tmp_path` and CPUs 0-1."""
+    config = tmp_path / "vmsched.toml"
+    documented = (REPO / "systemd" / "vmsched.toml").read_text()
+    config.write_text(documented.replace('state_dir = "/var/lib/vmsched"', f'state_dir = "{tmp_path / "state"}"')
+                      .replace('cpus = "all"', 'cpus = "0-1"') + extra)  # fmt: skip
+    return config
+
+
+def run_cli(env: dict[str, str], cwd: Path, *argv: str) -> subprocess.CompletedProcess:
+    return subprocess.run([str(BIN / argv[0]), *argv[1:]], env=env, capture_output=True, text=True, timeout=60,
+                          cwd=cwd)  # fmt: skip
+
+
 def test_units_verify(tmp_path):
     for name in UNITS:
         text = (REPO / "systemd" / name).read_text().replace("/opt/vmsched/.venv/bin", str(BIN))
@@ -45,11 +59,7 @@ def test_units_verify(tmp_path):
 
 
 def test_units_start_stop_restart(tmp_path):
-    state = tmp_path / "state"
-    config = tmp_path / "vmsched.toml"
-    documented = (REPO / "systemd" / "vmsched.toml").read_text()
-    config.write_text(documented.replace('state_dir = "/var/lib/vmsched"', f'state_dir = "{state}"').replace(
-        'cpus = "all"', 'cpus = "0-1"'))  # fmt: skip
+    config = unit_config(tmp_path)
     cfg = load_config(config)
     STARTED_INSTANCES.add(cfg.instance)
     stop_timeout = {n: float(unit(n)["Service"]["TimeoutStopSec"]) for n in UNITS}
@@ -64,8 +74,7 @@ def test_units_start_stop_restart(tmp_path):
         assert p.wait(timeout=stop_timeout[name]) == 0, f"{name} did not stop cleanly"
 
     def cli(*argv: str) -> subprocess.CompletedProcess:
-        return subprocess.run([str(BIN / argv[0]), *argv[1:]], env=env, capture_output=True, text=True,
-                              timeout=60, cwd=tmp_path)  # fmt: skip
+        return run_cli(env, tmp_path, *argv)
 
     cm = start("vm-cpumanager.service")
     wait_for(lambda: cli("vmcpu", "--json").returncode == 0, what="the CPU manager unit to come up")

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from vmsched.logs import LEVELS
+
 
 class ConfigError(ValueError):
     """A configuration value or file is wrong; the message says which and why."""
@@ -90,10 +92,23 @@ class LauncherConfig:
 
 
 @dataclass(frozen=True)
+class MetricsConfig:
+    listen: str = ""  # vm-cpumanager's Prometheus endpoint, HOST:PORT (e.g. "127.0.0.1:9469"); "" = off
+    launcher_listen: str = ""  # vm-launcher's, e.g. "127.0.0.1:9470"; "" = off
+
+
+@dataclass(frozen=True)
+class LogConfig:
+    level: str = "INFO"  # DEBUG | INFO | WARNING | ERROR, for both daemons (--log-level overrides)
+
+
+@dataclass(frozen=True)
 class Config:
     state_dir: Path = field(default_factory=default_state_dir)
     cpumanager: CpuManagerConfig = field(default_factory=CpuManagerConfig)
     launcher: LauncherConfig = field(default_factory=LauncherConfig)
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    log: LogConfig = field(default_factory=LogConfig)
     source: str = "defaults"  # where the values came from, for status views
 
     @property
@@ -135,7 +150,19 @@ class Config:
         return self.state_dir / "jobs"
 
 
-_SECTIONS = {"cpumanager": CpuManagerConfig, "launcher": LauncherConfig}
+_SECTIONS = {"cpumanager": CpuManagerConfig, "launcher": LauncherConfig, "metrics": MetricsConfig, "log": LogConfig}
+
+
+def parse_listen(text: str, option: str) -> tuple[str, int] | None:
+    """'127.0.0.1:9469' / '[::1]:9469' -> (host, port); '' -> None (off). `option` names it in errors."""
+    if text == "":
+        return None
+    host, sep, port = text.rpartition(":")
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    if not sep or not host or not port.isdigit() or not 1 <= int(port) <= 65535 or any(c in host for c in " /[]"):
+        raise ConfigError(f'{option}: cannot parse listen address {text!r}: expected HOST:PORT with a port '
+                          f'1-65535, e.g. "127.0.0.1:9469" or "[::1]:9469"')  # fmt: skip
+    return host, int(port)
 
 
 def _coerce(cls: type, section: str, values: dict[str, Any]) -> Any:
@@ -150,6 +177,8 @@ def _coerce(cls: type, section: str, values: dict[str, Any]) -> Any:
         elif isinstance(default, bool):
             if not isinstance(value, bool):
                 raise ConfigError(f"[{section}] {key} must be true or false, got {value!r}")
+        elif isinstance(default, str) and not isinstance(value, str):
+            raise ConfigError(f"[{section}] {key} must be a string, got {value!r}")
         elif isinstance(default, int | float) and (isinstance(value, bool) or not isinstance(value, int | float)):
             raise ConfigError(f"[{section}] {key} must be a number, got {value!r}")
         kwargs[key] = value
@@ -196,6 +225,12 @@ def load_config(
         raise ConfigError("[launcher] queue_type must be lbd, local or global")
     if cfg.launcher.overrun not in ("kill", "keep"):
         raise ConfigError("[launcher] overrun must be kill or keep")
+    cpm, lm = (parse_listen(cfg.metrics.listen, "[metrics] listen"),
+               parse_listen(cfg.metrics.launcher_listen, "[metrics] launcher_listen"))  # fmt: skip
+    if cpm is not None and cpm == lm:
+        raise ConfigError("[metrics] listen and launcher_listen must differ: each daemon serves its own endpoint")
+    if cfg.log.level.upper() not in LEVELS:
+        raise ConfigError(f"[log] level must be one of {', '.join(LEVELS)}, got {cfg.log.level!r}")
     try:
         from vmsched.launcher.policy.config import parse_policy_spec
 

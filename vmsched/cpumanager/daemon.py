@@ -9,9 +9,13 @@ import sys
 import time
 
 from vmsched.config import Config, ConfigError, format_cpu_list, load_config, parse_cpu_list
+from vmsched.cpumanager.exporter import CpuManagerCollector, quantum_histogram
 from vmsched.cpumanager.manager import CpuManager, open_table
 from vmsched.cpumanager.table import TableError
-from vmsched.daemon import request_socket, serve_forever, setup_logging
+from vmsched.daemon import request_socket, serve_forever
+from vmsched.exporter import open_endpoint
+from vmsched.logs import LEVELS, event, setup_logging
+from vmsched.notify import Notifier
 
 log = logging.getLogger("vm-cpumanager")
 
@@ -39,12 +43,20 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--reserve-cpu", action="store_true", default=None, help="keep one CPU for the daemons")
     p.add_argument("--quantum-ms", type=float, help="quantum in milliseconds (default 10)")
     p.add_argument("--default-queue", choices=("lbd", "local", "global"), help="queue type of new jobs")
-    p.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
+    p.add_argument("--log-level", type=str.upper, choices=LEVELS, help="default: [log] level, else INFO")
     return p.parse_args(argv)
+
+
+def status_line(mgr: CpuManager) -> str:
+    """systemctl status's one line: what the daemon is doing now."""
+    jobs = mgr.table.jobs()
+    used = sum(len(j.cpus) for j in jobs)
+    return f"{len(jobs)} jobs on {used}/{len(mgr.cpus)} CPUs, {mgr.quanta} quanta"
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    notifier = Notifier()
     try:
         overrides = {"cpumanager": {
             "cpus": format_cpu_list(parse_cpu_list(args.cpus)) if args.cpus else None,
@@ -56,9 +68,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"vm-cpumanager: {e}", file=sys.stderr)
         return 2
     cfg.state_dir.mkdir(parents=True, exist_ok=True)
-    setup_logging(args.log_level, cfg.cpumanager_log)
+    setup_logging(args.log_level or cfg.log.level.upper(), cfg.cpumanager_log)
+    try:
+        metrics = open_endpoint(cfg.metrics.listen, "[metrics] listen")
+    except ConfigError as e:  # e.g. the port is in use: no daemon without the endpoint the operator asked for
+        log.error("%s", e)
+        return 1
     if reserved is not None:
         os.sched_setaffinity(0, {reserved})
+    notifier.status("opening the partition table")
     try:
         table, recovered = open_table(cfg, cpus)
     except TableError as e:
@@ -66,13 +84,18 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     mgr = CpuManager(cfg, table, recovered)
     quantum = cfg.cpumanager.quantum_ms / 1000
+    quantum_cost = quantum_histogram()
+    if metrics is not None:
+        metrics.register(CpuManagerCollector(mgr, quantum_cost))
     next_q = time.monotonic()
 
     def tick() -> float:
         nonlocal next_q
         now = time.monotonic()
         if now >= next_q:
+            t0 = time.perf_counter()
             mgr.reconcile()
+            quantum_cost.observe(time.perf_counter() - t0)
             next_q += quantum
             if next_q < now:  # fell behind (e.g. the daemon was stopped): do not burst
                 next_q = now + quantum
@@ -80,15 +103,20 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         with request_socket(cfg.cpumanager_socket) as sock:
-            log.info("managing CPUs %s (reserved %s), quantum %.1f ms, shm %s, socket %s%s",
-                     format_cpu_list(cpus), reserved, cfg.cpumanager.quantum_ms, cfg.shm_name,
-                     cfg.cpumanager_socket, " (recovered)" if recovered else "")  # fmt: skip
-            serve_forever(sock, mgr.handlers(), tick, log)
+            event(log, "ready", cpus=format_cpu_list(cpus), reserved=reserved, quantum_ms=cfg.cpumanager.quantum_ms,
+                  shm=cfg.shm_name, socket=cfg.cpumanager_socket, recovered=recovered,
+                  metrics=metrics and metrics.address)  # fmt: skip
+            # The socket is bound (requests queue until the loop serves them) and the table is there.
+            notifier.ready(("recovered the table; " if recovered else "") + status_line(mgr))
+            serve_forever(sock, mgr.handlers(), tick, log, notifier, lambda: status_line(mgr))
     finally:
-        log.info("shutting down: continuing stopped ranks, waking blocked ones, removing %s", cfg.shm_name)
+        event(log, "stop", reason="continuing stopped ranks, waking blocked ones, removing the table", shm=cfg.shm_name)
+        if metrics is not None:
+            metrics.close()
         mgr.shutdown()
         table.unlink()
         table.close()
+        notifier.close()
     return 0
 
 

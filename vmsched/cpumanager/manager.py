@@ -19,6 +19,7 @@ from vmsched.cpumanager import shm_layout as L
 from vmsched.cpumanager.lbd import LbdParams, LbdState, lbd_step
 from vmsched.cpumanager.partition import AdmissionError, JobShape, minimum_partition, plan_partitions, rank_cpus
 from vmsched.cpumanager.table import JobView, SharedTable, TableError, TableFull
+from vmsched.logs import event
 from vmsched.proctrack import ExitWatcher
 from vmsched.protocol import ProtocolError, get_int, get_str
 
@@ -52,6 +53,8 @@ class CpuManager:
         self.changed_at: dict[int, int] = {}  # job id -> quantum of its last partition change
         self.exits = ExitWatcher()
         self.quanta = 0
+        self.repartitions = 0  # partition changes, one per job per change (a metric)
+        self.handoffs_retired = 0  # token hand-offs of ranks whose slots were freed (a metric)
         if recovered:
             self._recover()
 
@@ -62,9 +65,9 @@ class CpuManager:
             if j.lbd_phase in (L.LBD_MEASURING, L.LBD_STABLE):
                 self.lbd[j.job_id] = LbdState()  # measurement restarts; decided jobs keep their queue
             if j.leader_pid and not self.exits.watch(("leader", j.job_id), j.leader_pid):
-                log.info("job %d: its leader %d ended while no manager ran", j.job_id, j.leader_pid)
+                event(log, "leader_gone", job=j.job_id, pid=j.leader_pid, reason="ended while no manager ran")
         self.table.header.manager_pid = os.getpid()
-        log.info("recovered table: %d jobs, %d ranks", len(self.table.jobs()), len(self.table.rank_slots()))
+        event(log, "recover", jobs=len(self.table.jobs()), ranks=len(self.table.rank_slots()))
 
     # -- request handlers ------------------------------------------------------------------------
     def handlers(self) -> dict[str, Any]:
@@ -113,8 +116,7 @@ class CpuManager:
         if leader:
             self.exits.watch(("leader", job_id), leader)
         self._apply(plan)
-        log.info("admitted job %d: %d ranks, max MPL %d, %s queue -> CPUs %s", job_id, nranks, max_mpl, mode,
-                 list(plan[job_id]))  # fmt: skip
+        event(log, "admit", job=job_id, ranks=nranks, max_mpl=max_mpl, queue=mode, cpus=plan[job_id])
         return {"job": job_id, "slot": slot, "cpus": list(plan[job_id])}
 
     def set_mpl(self, msg: dict[str, Any]) -> dict[str, Any]:
@@ -128,7 +130,7 @@ class CpuManager:
         plan = self._plan(shapes, f"cannot set max MPL {max_mpl} for job {job.job_id}")
         self.table.seg.jobs[job.slot].max_mpl = max_mpl
         self._apply(plan)
-        log.info("job %d max MPL %d -> %d, CPUs %s", job.job_id, job.max_mpl, max_mpl, list(plan[job.job_id]))
+        event(log, "set_mpl", job=job.job_id, max_mpl=max_mpl, was=job.max_mpl, cpus=plan[job.job_id])
         return {"job": job.job_id, "max_mpl": max_mpl, "cpus": list(plan[job.job_id])}
 
     def set_leader(self, msg: dict[str, Any]) -> dict[str, Any]:
@@ -296,8 +298,8 @@ class CpuManager:
             del self.lbd[j.job_id]
             with self.table.locked():
                 self.table.set_queue(j.slot, L.QUEUE_LOCAL if new.local else L.QUEUE_GLOBAL)
-            log.info("LBD job %d: CVCS %.3f stable, IP %.1f%% -> %s queue", j.job_id, new.cvcs or 0,
-                     100 * (new.ip or 0), "local" if new.local else "global")  # fmt: skip
+            event(log, "lbd_decision", job=j.job_id, cvcs=round(new.cvcs or 0, 4), ip=round(new.ip or 0, 4),
+                  queue="local" if new.local else "global")  # fmt: skip
 
     # -- helpers ---------------------------------------------------------------------------------
     def _shapes(self) -> list[JobShape]:
@@ -324,10 +326,11 @@ class CpuManager:
                 cpus = () if j.suspended else plan.get(j.job_id)
                 if cpus is not None and self.table.set_partition(j.slot, cpus):
                     changed.append(j.job_id)
+        self.repartitions += len(changed)
         for j in self.table.jobs():
             if j.job_id in changed:
                 self.changed_at[j.job_id] = self.quanta
-                log.info("job %d partition -> %s (MPL %d)", j.job_id, list(j.cpus), j.mpl)
+                event(log, "partition", job=j.job_id, cpus=j.cpus, mpl=j.mpl)
                 self._pin_job(j)  # at once rather than at the next quantum
                 self._wake_job(j)
 
@@ -374,19 +377,21 @@ class CpuManager:
             proc.send_signal(self.ranks[slot].pid, signal.SIGCONT)
         with self.table.locked():
             if e.state != L.RANK_FREE:
+                self.handoffs_retired += e.ctx_switches
                 self.table.free_rank(slot)
         self._untrack(slot)
 
     def _release(self, j: JobView, why: str) -> None:
         self._signal_job(j, stop=False)
         with self.table.locked():
+            self.handoffs_retired += int(self.table.rank_cols["ctx_switches"][self.table.rank_slots(j.job_id)].sum())
             self.table.remove_job(j.slot)
         for slot in [s for s, t in self.ranks.items() if t.job_id == j.job_id]:
             self._untrack(slot)
         self.exits.unwatch(("leader", j.job_id))
         self.lbd.pop(j.job_id, None)
         self.pinned_gen.pop(j.job_id, None)
-        log.info("job %d %s; its CPUs %s are free", j.job_id, why, list(j.cpus))
+        event(log, "release", job=j.job_id, reason=why, cpus=j.cpus)
         self.repartition()
 
     def _signal_job(self, j: JobView, stop: bool) -> int:
@@ -402,6 +407,11 @@ class CpuManager:
                 n += 1
         self.table.seg.jobs[j.slot].suspended = int(stop)
         return n
+
+    def token_handoffs(self) -> int:
+        """Token hand-offs on this node so far: the live ranks' counters plus those of ranks gone."""
+        live = self.table.rank_cols["ctx_switches"][self.table.rank_slots()].sum()
+        return self.handoffs_retired + int(live)
 
     def shutdown(self) -> None:
         """Leave nothing stopped or blocked: continue every stopped rank, wake every waiter."""

@@ -7,6 +7,7 @@ clock.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -28,6 +29,7 @@ from vmsched.launcher.policy.decisions import Abort, Decision, Mold, Resume, Set
 from vmsched.launcher.policy.snapshot import QueuedJob, RunningJob, Snapshot
 from vmsched.launcher.requests import RequestError, validate_submission
 from vmsched.launcher.store import ACTIVE, FINISHED, JobRecord, Store
+from vmsched.logs import event
 from vmsched.proctrack import ExitWatcher
 from vmsched.protocol import DaemonUnavailable, Peer, ProtocolError, get_int
 
@@ -70,7 +72,7 @@ class Launcher:
             pid = job.shim_pid
             alive = pid is not None and _same_process(pid, job.shim_start)
             if alive and self.exits.watch(job.id, pid):
-                log.info("job %d: found its shim %d again", job.id, pid)
+                event(log, "recover", job=job.id, user=job.user, shim=pid)
                 if job.state == "starting":  # recorded but never given its go: it exits on EOF
                     self.store.update(job.id, "recovered", state="running")
                 continue
@@ -108,8 +110,8 @@ class Launcher:
             deadline=sub.deadline, submit_time=now,
         )  # fmt: skip
         self.dirty = True
-        log.info("job %d submitted by %s: %s ranks %s, %s, estimate %.0fs", job_id, user_name(peer.uid),
-                 sub.name, list(sub.procs), sub.job_class, sub.estimate)  # fmt: skip
+        event(log, "submit", job=job_id, user=user_name(peer.uid), name=sub.name, ranks=sub.procs,
+              job_class=sub.job_class, estimate_s=sub.estimate)  # fmt: skip
         return {"job": job_id, "job_class": sub.job_class, "estimate": sub.estimate}
 
     def _visible(self, job: JobRecord, peer: Peer) -> bool:
@@ -167,7 +169,7 @@ class Launcher:
                               else job.state)  # fmt: skip
             self._kill(job)
         self.dirty = True
-        log.info("job %d cancelled", job.id)
+        event(log, "cancel", job=job.id, user=job.user, by=user_name(self._peer(msg).uid), was=job.state)
         return {"job": job.id, "was": job.state}
 
     def pause(self, msg: dict[str, Any]) -> dict[str, Any]:
@@ -196,7 +198,7 @@ class Launcher:
         busy = self.store.count(ACTIVE)
         if busy:
             raise ProtocolError(f"{busy} job(s) queued or running; the policy can only change on an idle node")
-        log.info("policy %s -> %s", self.policy.spec(), policy.spec())
+        event(log, "set_policy", policy=policy.spec(), was=self.policy.spec())
         self.policy = policy
         self.dirty = True
         return {"policy": policy.spec()}
@@ -254,7 +256,7 @@ class Launcher:
         except ProtocolError:
             pass  # the CPU manager already noticed the leader's exit
         except DaemonUnavailable:
-            log.warning("job %d ended but the CPU manager did not answer", job.id)
+            event(log, "release", logging.WARNING, job=job.id, reason="the CPU manager did not answer")
         status = runner.read_status(self.cfg, job.id)
         now = time.time()
         # The shim said so, or the launcher died before the shim was even spawned.
@@ -264,7 +266,7 @@ class Launcher:
             self.store.update(job.id, "requeue", {"why": why}, state="queued", start_time=None, nranks=None,
                               shim_pid=None, backfilled=0, window_end=None, suspended=0,
                               requeues=job.requeues + (job.state == "aborting"), reason=why)  # fmt: skip
-            log.info("job %d: %s", job.id, why)
+            event(log, "requeue", job=job.id, user=job.user, reason=why)
         else:
             code = status.get("exit_code") if status else None
             end = (status or {}).get("end_time") or now
@@ -280,7 +282,7 @@ class Launcher:
             cpu_s = _cpu_seconds(self.store.events(job.id), job.start_time, end)
             self.store.update(job.id, "end", {"exit_code": code, "state": state}, state=state, end_time=end,
                               exit_code=code, shim_pid=None, cpu_seconds=cpu_s)  # fmt: skip
-            log.info("job %d %s (exit %s)", job.id, state, code)
+            event(log, "end", job=job.id, user=job.user, state=state, exit_code=code, reason=job.reason or None)
         self.dirty = True
 
     def check_overruns(self, now: float) -> None:
@@ -364,7 +366,8 @@ class Launcher:
             log.warning("CPU manager queue state: %s", e)
 
     def apply(self, d: Decision, now: float) -> None:
-        log.info("decision: %s", d)
+        fields = dataclasses.asdict(d)
+        event(log, "decision", job=fields.pop("job_id"), decision=type(d).__name__.lower(), **fields)
         if isinstance(d, Start):
             self.start(d, now)
         elif isinstance(d, SetMaxMpl):
@@ -408,8 +411,8 @@ class Launcher:
             backfilled=int(d.backfilled), window_end=d.window_end, run_estimate=d.estimate or job.estimate,
         )  # fmt: skip
         runner.go(proc)  # only now, with the start recorded, may the job really run
-        log.info("job %d started: %d ranks, max MPL %d%s", job.id, d.nranks, d.max_mpl,
-                 " (backfilled)" if d.backfilled else "")  # fmt: skip
+        event(log, "start", job=job.id, user=job.user, ranks=d.nranks, max_mpl=d.max_mpl, backfilled=d.backfilled,
+              reason=d.reason)  # fmt: skip
 
     def close(self) -> None:
         self.exits.close()

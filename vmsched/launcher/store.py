@@ -196,3 +196,24 @@ class Store:
     def meta(self, key: str) -> str | None:
         row = self.db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
         return row[0] if row else None
+
+
+# -- reads for the metrics endpoint: their own read-only connection, in prometheus_client's thread ---------
+def open_reader(path: Path) -> sqlite3.Connection:
+    """A read-only connection (WAL: it never blocks the launcher's writes)."""
+    return sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=10)
+
+
+def state_counts(db: sqlite3.Connection) -> dict[tuple[str, bool], int]:
+    """(state, suspended) -> number of jobs (answered from the jobs_state index for the states)."""
+    rows = db.execute("SELECT state, suspended, COUNT(*) FROM jobs GROUP BY state, suspended")
+    return {(state, bool(suspended)): n for state, suspended, n in rows}
+
+
+def events_after(db: sqlite3.Connection, rowid: int, kinds: tuple[str, ...]) -> list[tuple[int, str, float]]:
+    """Events of `kinds` logged after event `rowid`: (rowid, kind, seconds since the job's submission).
+    Events are only ever appended, so their rowids grow and a reader can resume where it stopped."""
+    marks = ", ".join("?" for _ in kinds)
+    sql = (f"SELECT e.rowid, e.kind, e.time - j.submit_time FROM events e JOIN jobs j ON j.id = e.job_id "
+           f"WHERE e.rowid > ? AND e.kind IN ({marks}) ORDER BY e.rowid")  # fmt: skip
+    return [(int(r), k, float(t)) for r, k, t in db.execute(sql, (rowid, *kinds))]

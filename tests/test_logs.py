@@ -1,0 +1,107 @@
+"""Structured logs: one key=value line per event, to journald under systemd (stderr is the journal's
+stream), else to the state directory's log; levels from the config."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+from collections.abc import Iterator
+
+import pytest
+
+from tests.conftest import BIN, STARTED_INSTANCES, wait_for
+from tests.launcher_harness import send_app
+from vmsched.config import load_config
+from vmsched.cpumanager.client import CpuManagerClient
+from vmsched.logs import KeyValueFormatter, kv
+from vmsched.protocol import DaemonUnavailable
+
+
+def test_key_value_lines():
+    line = kv({"action": "requeue", "job": 3, "user": "alice", "reason": "window expired: requeued",
+               "cpus": (0, 1), "backfilled": True, "ip": 0.0512345, "exit_code": None, "name": ""})  # fmt: skip
+    assert line == 'action=requeue job=3 user=alice reason="window expired: requeued" cpus=0,1 backfilled=true ' \
+                   'ip=0.0512345 name=""'  # fmt: skip
+    assert kv({"msg": 'say "hi"\nbye'}) == r'msg="say \"hi\"\nbye"'  # one line, whatever the value holds
+    rec = logging.LogRecord("vm-launcher", logging.WARNING, __file__, 1, "plain %s", ("text",), None)
+    assert KeyValueFormatter(journald=True).format(rec) == '<4>level=warning daemon=vm-launcher msg="plain text"'
+
+
+@pytest.fixture
+def daemons() -> Iterator[list[subprocess.Popen]]:
+    """CPU managers a test starts; stopped (by pid) if the test did not get that far."""
+    procs: list[subprocess.Popen] = []
+    yield procs
+    for p in procs:
+        if p.poll() is None:
+            p.terminate()
+            p.wait(timeout=15)
+
+
+def start_cpumanager(daemons: list[subprocess.Popen], state, **popen) -> subprocess.Popen:
+    STARTED_INSTANCES.add(load_config(state_dir=state).instance)
+    p = subprocess.Popen([str(BIN / "vm-cpumanager"), "--state-dir", str(state), "--cpus", "0-1"], **popen)
+    daemons.append(p)
+    client = CpuManagerClient(load_config(state_dir=state), timeout_s=1.0)
+
+    def answers() -> bool:  # then its stop signals are handled: SIGTERM means an orderly stop
+        assert p.poll() is None, f"vm-cpumanager exited with {p.returncode}"
+        try:
+            return client.call("ping")["pid"] == p.pid
+        except DaemonUnavailable:
+            return False
+
+    wait_for(answers, what="the CPU manager to answer")
+    client.close()
+    return p
+
+
+def stop(p: subprocess.Popen) -> None:
+    p.send_signal(signal.SIGTERM)
+    assert p.wait(timeout=15) == 0
+
+
+def test_to_journald_under_systemd(tmp_path, daemons):
+    """systemd connects stderr to the journal and names that stream in $JOURNAL_STREAM (device:inode)."""
+    state = tmp_path / "state"
+    r, w = os.pipe()
+    st = os.fstat(w)
+    env = {**os.environ, "JOURNAL_STREAM": f"{st.st_dev}:{st.st_ino}"}
+    p = start_cpumanager(daemons, state, env=env, stderr=w, stdout=subprocess.DEVNULL)
+    os.close(w)
+    stop(p)
+    with os.fdopen(r) as f:
+        lines = f.read().splitlines()
+    assert lines[0].startswith("<6>level=info daemon=vm-cpumanager action=ready cpus=0-1 ")
+    assert lines[-1].startswith("<6>level=info daemon=vm-cpumanager action=stop ")
+    assert not (state / "cpumanager.log").exists(), "under journald the log goes to the journal only"
+
+
+def test_to_the_state_directory_with_configured_level(tmp_path, daemons):
+    state = tmp_path / "state"
+    state.mkdir()
+    env = {k: v for k, v in os.environ.items() if k != "JOURNAL_STREAM"}
+    stop(start_cpumanager(daemons, state, env=env, stderr=subprocess.DEVNULL))
+    first = (state / "cpumanager.log").read_text()
+    assert "level=info daemon=vm-cpumanager action=ready " in first
+    assert "level=info daemon=vm-cpumanager action=stop " in first
+    (state / "vmsched.toml").write_text('[log]\nlevel = "WARNING"\n')
+    stop(start_cpumanager(daemons, state, env=env, stderr=subprocess.DEVNULL))
+    assert (state / "cpumanager.log").read_text() == first, "INFO lines written at level WARNING"
+
+
+def test_job_events_name_job_user_action_reason(node_factory):
+    node = node_factory("fcfs/fifo")
+    job = node.submit("-n", "2", "--time", "60s", "--", *send_app(3))
+    node.wait_all_done()
+    log = (node.state / "launcher.log").read_text().splitlines()
+    mine = [line for line in log if f" job={job} " in line + " "]
+    actions = [line.split(" action=")[1].split()[0] for line in mine]
+    assert actions[:1] == ["submit"] and "start" in actions and actions[-1] == "end", mine
+    assert all(" user=root " in line for line in mine if "action=decision" not in line), mine
+    assert 'reason="' in next(line for line in mine if "action=start" in line)
+    assert "state=completed exit_code=0" in mine[-1]
+    cm_log = (node.state / "cpumanager.log").read_text()
+    assert f"action=admit job={job} ranks=2 " in cm_log and f"action=release job={job} reason=finished" in cm_log
