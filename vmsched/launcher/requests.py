@@ -126,10 +126,12 @@ def validate_submission(msg: dict[str, Any], cfg: LauncherConfig, ncpus: int, ma
     max_mpl = _int(msg, "max_mpl")
     if max_mpl is not None and max_mpl < 1:
         raise RequestError(f"max MPL must be >= 1, got {max_mpl}")
-    fold = max_mpl if max_mpl is not None else max_mpl_limit
+    fold = max_mpl_limit if max_mpl is None else min(max_mpl, max_mpl_limit)  # no policy folds further
     if ceil(procs[-1] / fold) > ncpus:
         raise RequestError(
-            f"{procs[-1]} ranks at max MPL {fold} need {ceil(procs[-1] / fold)} CPUs; this node has {ncpus}"
+            f"{procs[-1]} ranks at max MPL {fold} need {ceil(procs[-1] / fold)} CPUs; this node has {ncpus} "
+            f"(no allowed folding fits: at most max MPL {fold}, "
+            + ("your --max-mpl)" if max_mpl is not None and max_mpl <= max_mpl_limit else "the policy's limit)")
         )
     time_limit = _num(msg, "time_limit")
     if time_limit is not None and time_limit <= 0:

@@ -98,8 +98,9 @@ class Launcher:
             raise ProtocolError(str(e)) from None
         probe = QueuedJob(0, now, "", sub.procs, sub.max_mpl, sub.job_class, sub.estimate, sub.deadline)
         if not can_ever_start(probe, self.ncpus, self.policy):
-            raise ProtocolError(f"policy {self.policy.spec()} would never start this job on {self.ncpus} CPUs "
-                                f"(ranks {list(sub.procs)}, max MPL {sub.max_mpl or 'any'})")  # fmt: skip
+            raise ProtocolError(f"policy {self.policy.spec()} would never start this job on {self.ncpus} CPUs, "
+                                f"not even folded as far as allowed (ranks {list(sub.procs)}, max MPL "
+                                f"{sub.max_mpl or 'any'}, policy limit {self.policy.max_mpl_limit})")  # fmt: skip
         job_id = self.store.add_job(
             uid=peer.uid, gid=peer.gid, user=user_name(peer.uid), name=sub.name, command=sub.command,
             cwd=sub.cwd, env=sub.env, stdout=sub.stdout, stderr=sub.stderr, procs=list(sub.procs),
