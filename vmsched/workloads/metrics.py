@@ -154,15 +154,17 @@ def swf_from_record(record: JobRecord, status: int = 1) -> SwfJob:
     )
 
 
-def result_log(records: Iterable[JobRecord], cpus: int | None = None, notes: Sequence[str] = ()) -> SwfLog:
-    """An SWF result log of finished jobs, in submission order, that :func:`records_from_swf` reads back."""
+def result_log(records: Iterable[JobRecord], cpus: int | None = None, notes: Sequence[str] = (),
+               status: Mapping[int, int] | None = None) -> SwfLog:  # fmt: skip
+    """An SWF result log of finished jobs, in submission order, that :func:`records_from_swf` reads back;
+    `status`: SWF status per job id (default 1, completed)."""
     header: dict[str, object] = {"Version": 2.2}
     if cpus is not None:
         header["MaxProcs"] = cpus
     if notes:
         header["Note"] = "\n".join(notes)
     ordered = sorted(records, key=lambda r: (r.submit, r.id))
-    return make_log([swf_from_record(r) for r in ordered], header)
+    return make_log([swf_from_record(r, (status or {}).get(r.id, 1)) for r in ordered], header)
 
 
 # ---------------------------------------------------------------- per job
