@@ -8,8 +8,11 @@ import contextlib
 import io
 import json
 import pwd
+import re
 import subprocess
 import time
+
+import pytest
 
 from tests.conftest import wait_for
 from tests.launcher_harness import Node, expiring_backfill, send_app, vmapp_result
@@ -73,7 +76,7 @@ def test_pending_reasons_resources_reservation_priority_dependency_begintime(nod
     shown = {j["id"]: j["pending_reason"] for j in node.queue()["jobs"]}
     assert {j: shown[j] for j in expected} == expected
     # The same in the table, 80 columns wide, nothing cut off.
-    table = subprocess_vmq(node, "80")
+    table = at_width(node, "vmq", "80")
     assert all(len(line) <= 80 for line in table.splitlines()), table
     for why in expected.values():
         assert why in table, table
@@ -90,8 +93,9 @@ def test_pending_reasons_resources_reservation_priority_dependency_begintime(nod
     node.wait_all_done()
 
 
-def subprocess_vmq(node: Node, columns: str) -> str:
-    r = subprocess.run([str(node.bin / "vmq")], env={**node.env, "COLUMNS": columns}, cwd=node.work,
+def at_width(node: Node, prog: str, columns: str) -> str:
+    """`prog`'s table, piped, for a terminal `columns` wide."""
+    r = subprocess.run([str(node.bin / prog)], env={**node.env, "COLUMNS": columns}, cwd=node.work,
                        capture_output=True, text=True, timeout=60, check=True)  # fmt: skip
     return r.stdout
 
@@ -274,6 +278,9 @@ def test_vmacct_filters_parsable_and_an_swf_history_that_replays(node_factory, t
     assert ids("-S", str(t0 - 1), "-E", "now") == [good, bad, seen["job"]]
     lines = node.cli("vmacct", "-p", "--format", "id,user,state,exit,name", "-u", "root").stdout.splitlines()
     assert lines == ["ID|USER|STATE|EXIT|NAME", f"{good}|root|completed|0|good", f"{bad}|root|failed|2|bad"]
+    table = at_width(node, "vmacct", "80")
+    assert all(len(line) <= 80 for line in table.splitlines()), table
+    assert "completed" in table and "failed" in table and "…" not in table, table
     table = node.cli("vmacct", "-u", "zzz-no-such-user", check=False)
     assert table.returncode == 1 and "unknown user" in table.stderr
     # The node's history as SWF: read back by the SWF reader, replayed by the simulator.
@@ -288,4 +295,12 @@ def test_vmacct_filters_parsable_and_an_swf_history_that_replays(node_factory, t
                        capture_output=True, text=True, timeout=120)  # fmt: skip
     assert r.returncode == 0, r.stderr
     [result] = out.glob("*/result.swf")
-    assert sorted(r.id for r in records_from_swf(read_swf(result))) == sorted(records)
+    replayed = records_from_swf(read_swf(result))
+    assert sorted(r.id for r in replayed) == sorted(records)
+    # Its report gives the run's energy by the launcher's power model (defaults P_idle 20 W, P_max 60 W).
+    makespan = max(r.end for r in replayed) - min(r.submit for r in replayed)
+    kj = (20.0 * makespan + 40.0 / 2 * sum(r.cpu_time for r in replayed)) / 1000
+    report = (result.parent / "report.md").read_text()
+    shown = re.search(r"energy \(kJ\)\s*\|\s*([\d.,]+)", report)
+    assert shown and float(shown[1].replace(",", "")) == pytest.approx(kj, rel=0.01, abs=0.01), (kj, report[:800])
+    assert "energy kJ" in (out / "comparison.md").read_text()

@@ -351,6 +351,7 @@ class Summary:
     #: "all" first, then "long", "short" and "unclassified" when present
     classes: Mapping[str, ClassSummary]
     turnaround: tuple[TurnaroundStep, ...]
+    energy_j: float | None = None  # the node's energy over the run (the caller says how it was obtained)
 
 
 def summarize(
@@ -358,8 +359,10 @@ def summarize(
     cpus: int | None = None,
     taus: Sequence[float] = DEFAULT_TAUS,
     step: int = 10,
+    energy_j: float | None = None,
 ) -> Summary:
-    """Per-class and overall metrics of a run. ``cpus`` (machine size) is needed for utilization."""
+    """Per-class and overall metrics of a run. ``cpus`` (machine size) is needed for utilization;
+    ``energy_j`` is the node's energy over the run, if known."""
     if cpus is not None and cpus < 1:
         raise WorkloadError(f"cpus must be >= 1, got {cpus}")
     taus = tuple(float(t) for t in taus)
@@ -391,6 +394,7 @@ def summarize(
         taus=taus,
         classes=classes,
         turnaround=turnaround_steps(records, step),
+        energy_j=energy_j,
     )
 
 
