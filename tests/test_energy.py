@@ -109,3 +109,20 @@ def test_two_jobs_sharing_the_node_get_energy_in_proportion_to_their_cpu_seconds
     table = node.cli("vmacct", "--format", "id,energy_j,energy_kwh").stdout
     assert f"{energy[long]:.1f}" in table and "energy by user" in table
     assert f"{sum(energy.values()):.1f}" in table
+
+
+def test_the_launcher_refuses_to_start_when_rapl_is_required_but_unreadable(tmp_path):
+    import subprocess
+
+    from tests.conftest import BIN, CpuManagerProcess
+
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / "vmsched.toml").write_text(f'[launcher]\nenergy_source = "rapl"\nrapl_root = "{tmp_path / "none"}"\n')
+    cm = CpuManagerProcess(state).start()
+    try:
+        r = subprocess.run([str(BIN / "vm-launcher"), "--state-dir", str(state)], capture_output=True, text=True,
+                           timeout=60)  # fmt: skip
+    finally:
+        cm.stop()
+    assert r.returncode == 2 and "no readable RAPL counters under" in r.stderr, (r.returncode, r.stderr)

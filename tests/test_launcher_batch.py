@@ -179,6 +179,8 @@ def test_job_script_directives_are_honoured_and_the_command_line_wins(node_facto
         return json.loads(r.stdout)["job"]
 
     scripted = submit("-J", "from-cli", "-D", "sub", "job.sh", "one", "two")
+    (node.work / "plain.sh").write_text("#VMSCHED -n 1\nexec true\n")  # no #! line: /bin/sh; named after it
+    unnamed = submit("plain.sh")
     one_rank = submit("-n", "1", "--export", "ALL", "job.sh")
     acct = node.wait_all_done()
     job = node.job(scripted)["job"]
@@ -189,6 +191,8 @@ def test_job_script_directives_are_honoured_and_the_command_line_wins(node_facto
     assert vmapp_result(out)["verified"] is True
     other = node.job(one_rank)["job"]
     assert (other["name"], other["nranks"]) == ("from-script", 1)
+    plain = node.job(unnamed)["job"]
+    assert plain["name"] == "plain.sh" and plain["state"] == "completed"
     assert "greeting= secret=s3cret" in node.output(one_rank)  # the command line's --export ALL replaces it
     assert vmapp_result(node.output(one_rank))["verified"] is True
     assert acct[scripted]["state"] == acct[one_rank]["state"] == "completed"

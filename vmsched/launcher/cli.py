@@ -137,6 +137,7 @@ def submit_main(argv: list[str] | None = None) -> int:
             text = read_script(script)
             _apply_directives(args, script, text)
             command = script_command(script, text, script_args)
+            args.name = args.name or os.path.basename(script)  # not the interpreter's name
         else:
             command = []
         with LauncherClient(args.config, args.state_dir) as c:
@@ -166,8 +167,9 @@ def submit_main(argv: list[str] | None = None) -> int:
                 "deadline": parse_deadline(args.deadline, now) if args.deadline else None,
                 "begin_time": parse_time(args.begin, now, "begin time") if args.begin else None,
                 "dependency": [list(d) for d in parse_dependency(args.dependency)] if args.dependency else None,
-                "stdout": os.path.abspath(args.output) if args.output else None,
-                "stderr": os.path.abspath(args.error) if args.error else None,
+                # Relative to the job's directory (-D), as the default output file is.
+                "stdout": os.path.join(cwd, os.path.expanduser(args.output)) if args.output else None,
+                "stderr": os.path.join(cwd, os.path.expanduser(args.error)) if args.error else None,
             }  # fmt: skip
             reply = c.call("submit", **req)
             if args.json:

@@ -156,7 +156,7 @@ class Store:
 
     # -- writes ----------------------------------------------------------------------------------
     def add_job(self, **values: Any) -> int:
-        for k in _JSON_FIELDS:
+        for k in _JSON_FIELDS & values.keys():  # the others take their column's default
             values[k] = json.dumps(values[k])
         cols = ", ".join(values)
         marks = ", ".join("?" for _ in values)
