@@ -159,7 +159,9 @@ def report(rows: list[dict[str, Any]], demo: Demo, ncpus: int, console: Console)
         queues = " -> ".join(dict.fromkeys(p["queue"] for p in r["partitions"])) or "-"
         table.append([str(r["id"]), r["name"], r["state"], str(r["nranks"]), f"{r['wait']:.1f}", f"{r['run']:.1f}",
                       f"{r['response']:.1f}", r["mpl_history"], queues, result])  # fmt: skip
-    console.print(fitted_table(columns, table, console.width, title="finished jobs"))
+    console.print(
+        fitted_table(columns, table, console.width, title="finished jobs", hint="a wider terminal shows them")
+    )
     segments = partition_segments(rows)
     png = plot_partitions(segments, ncpus, demo.state / "partitions.png")
     util = plot_utilization(segments, ncpus, demo.state / "utilization.png")

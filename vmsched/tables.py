@@ -26,8 +26,8 @@ class Column:
     drop: int = 0  # > 0: may be left out when the table does not fit, the highest first
 
 
-def fitted_table(columns: Sequence[Column], rows: Sequence[Sequence[str]], width: int,
-                 title: str | None = None) -> RenderableType:  # fmt: skip
+def fitted_table(columns: Sequence[Column], rows: Sequence[Sequence[str]], width: int, title: str | None = None,
+                 hint: str = "see --format, --json") -> RenderableType:  # fmt: skip
     natural = [max([len(c.header), *(len(r[i]) for r in rows)]) for i, c in enumerate(columns)]
 
     def need(keep: list[int]) -> int:
@@ -48,7 +48,7 @@ def fitted_table(columns: Sequence[Column], rows: Sequence[Sequence[str]], width
     left_out = [columns[i].header for i in range(len(columns)) if i not in keep]
     if not left_out:
         return t
-    return Group(t, Text(f"(left out at {width} columns: {', '.join(left_out)}; see --format, --json)", style="dim"))
+    return Group(t, Text(f"(left out at {width} columns: {', '.join(left_out)}; {hint})", style="dim"))
 
 
 def console() -> Console:

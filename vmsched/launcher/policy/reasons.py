@@ -63,12 +63,16 @@ def pending_reasons(snapshot: Snapshot, cfg: PolicyConfig, decisions: Sequence[D
     rule = RULES[cfg.policy]
     reasons = {r.job_id: SUSPENDED for r in after.running if r.suspended}
     again = set(requeued)
+    free, limit = ws.free_now(), cfg.max_mpl_limit
     for i, job in enumerate(ws.ordered()):
+        # No shape needs fewer CPUs than its smallest count folded as far as allowed (backfill's bound):
+        # most jobs are ruled out without asking the start rule.
+        in_reach = max(job.floor_cpus, -(-job.min_procs // limit)) <= free
         if job.job_id in again:
             why = REQUEUED
         elif i == 0:
             why = RESOURCES
-        elif cfg.backfill != "none" and any(ws.fits(job.job_id, s) for s in rule.backfill_shapes(job, ws)):
+        elif in_reach and cfg.backfill != "none" and any(ws.fits(job.job_id, s) for s in rule.backfill_shapes(job, ws)):
             why = RESERVATION
         else:
             why = PRIORITY
