@@ -126,3 +126,46 @@ def test_the_launcher_refuses_to_start_when_rapl_is_required_but_unreadable(tmp_
     finally:
         cm.stop()
     assert r.returncode == 2 and "no readable RAPL counters under" in r.stderr, (r.returncode, r.stderr)
+
+
+def test_the_launcher_splits_measured_rapl_energy_from_a_fake_powercap_tree(node_factory, tmp_path):
+    """The RAPL path end to end: the only fake is the powercap tree, whose counter a thread advances at
+    a constant 30 W (wrapping at 50 J, so the launcher must unwrap it)."""
+    import threading
+
+    zone = fake_zone(tmp_path, "intel-rapl:0", "package-0", 0, span=50_000_000)
+    watts, t_start, stop = 30.0, time.time(), threading.Event()
+
+    def counter() -> None:
+        while not stop.is_set():
+            uj = int(watts * (time.time() - t_start) * 1e6) % 50_000_000
+            (zone / "energy_uj.tmp").write_text(f"{uj}\n")
+            (zone / "energy_uj.tmp").replace(zone / "energy_uj")  # never a half-written file
+            time.sleep(0.01)
+
+    writer = threading.Thread(target=counter)
+    writer.start()
+    try:
+        # Idle power = the counter's rate: what the job gets is exactly its CPUs' pro-rata share of the
+        # measured energy (the energy above idle of an interval goes to the jobs of that interval whole,
+        # so with idle below the rate a job would also get the dynamic energy of its start's and end's
+        # intervals before and after it ran - the error the README states).
+        node = node_factory("fcfs/fifo", f'energy_source = "rapl"\nrapl_root = "{tmp_path}"\npower_idle_w = 30.0\n'
+                                         "power_max_w = 60.0\nenergy_interval_s = 0.25\n")  # fmt: skip
+        with Client(node.cfg.launcher_socket) as c:
+            e0 = c.call("info")["energy"]
+            assert e0["source"] == "rapl"
+            job = node.submit("-n", "2", "--time", "60s", "--", *send_app(40))
+            acct = node.wait_all_done()[job]
+            time.sleep(0.6)
+            e1 = c.call("info")["energy"]
+    finally:
+        stop.set()
+        writer.join()
+    assert acct["state"] == "completed" and vmapp_result(node.output(job))["verified"]
+    node_j = e1["node_j"] - e0["node_j"]
+    assert node_j == pytest.approx(watts * (e1["time"] - e0["time"]), rel=0.02)  # measured, unwrapped
+    # Alone on the node, holding both CPUs: it gets all that was measured while it held them.
+    held_s = acct["cpu_seconds"] / 2
+    assert acct["energy_j"] == pytest.approx(watts * held_s, rel=0.03), (acct["energy_j"], held_s)
+    assert acct["energy_j"] + e1["unattributed_j"] - e0["unattributed_j"] == pytest.approx(node_j, rel=0.01)
