@@ -89,6 +89,10 @@ def test_pending_reasons_resources_reservation_priority_dependency_begintime(nod
     for bad in (("-t", "sleeping"), ("--format", "id,colour")):
         r = node.cli("vmq", *bad, check=False)
         assert r.returncode == 2 and "choose from" in r.stderr, r.stderr
+    with Client(node.cfg.launcher_socket) as c:  # a held queue says so
+        c.call("pause", paused=True)
+        wait_reason(node, head, "Paused")
+        c.call("pause", paused=False)
     node.cli("vmcancel", *map(str, (a, head, behind, big, dep, later)))
     node.wait_all_done()
 

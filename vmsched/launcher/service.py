@@ -409,10 +409,11 @@ class Launcher:
                 held[j.id] = why
         return ready, held
 
-    def snapshot(self, now: float) -> Snapshot:
+    def snapshot(self, now: float, ready: list[JobRecord] | None = None) -> Snapshot:
+        """What the policy sees; `ready`: the eligible queued jobs, if already read."""
         queue = tuple(
             QueuedJob(j.id, j.submit_time, j.user, j.procs, j.max_mpl, j.job_class, j.estimate, j.deadline)
-            for j in self.eligible(now)[0]
+            for j in (self.eligible(now)[0] if ready is None else ready)
         )
         running = []
         for j in self.store.jobs(("starting", "running", "aborting")):
@@ -441,8 +442,8 @@ class Launcher:
             except (ProtocolError, DaemonUnavailable, OSError) as e:
                 log.warning("could not apply %s: %s", d, e)
                 self.dirty = True
-        after = self.snapshot(now)
         ready, held = self.eligible(now)
+        after = self.snapshot(now, ready)
         requeued = [j.id for j in ready if j.requeues > 0]
         self.reasons = {**pending_reasons(after, self.policy, requeued=requeued), **held}
         begins = [j.begin_time for j in self.store.jobs(("queued",)) if j.begin_time and j.begin_time > now]
