@@ -27,7 +27,7 @@ from vmsched.launcher.energy import EnergyMeter, cpu_seconds_between, split_ener
 from vmsched.launcher.policy.config import PolicyConfig, parse_policy_spec
 from vmsched.launcher.policy.core import can_ever_start, decide, hold_idle_cpus, next_event_time
 from vmsched.launcher.policy.decisions import Abort, Decision, Mold, Resume, SetMaxMpl, Start, Suspend
-from vmsched.launcher.policy.reasons import pending_reasons
+from vmsched.launcher.policy.reasons import PAUSED, pending_reasons
 from vmsched.launcher.policy.snapshot import QueuedJob, RunningJob, Snapshot
 from vmsched.launcher.requests import RequestError, validate_submission
 from vmsched.launcher.store import ACTIVE, FINISHED, JobRecord, Store
@@ -433,7 +433,7 @@ class Launcher:
         self.last_pass = now
         if self.paused:
             self.next_event = None
-            self.reasons = {j.id: "Paused" for j in self.store.jobs(("queued",))}
+            self.reasons = {j.id: PAUSED for j in self.store.jobs(("queued",))}
             self._tell_queue_state(False)
             return
         for d in decide(self.snapshot(now), self.policy):

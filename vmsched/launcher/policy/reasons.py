@@ -10,7 +10,8 @@ start rule and backfill shapes that `decide` used, on the machine as its decisio
 - `Priority`: behind the head and not startable now (too big for the free CPUs, not eligible for
   backfilling, or no backfilling);
 - `Requeued (window expired)`: a job whose backfill window expired and that was aborted and requeued;
-- `Suspended`: a running job stopped because its backfill window expired, until there is room.
+- `Suspended`: a running job stopped because its backfill window expired, until there is room;
+- `Paused`: the queue is held by root (no decision is made at all).
 
 Dependencies and begin times are decided before the policy sees the queue (vmsched.launcher.dependencies).
 """
@@ -28,6 +29,7 @@ from .workspace import Workspace
 
 RESOURCES, RESERVATION, PRIORITY = "Resources", "Reservation", "Priority"
 SUSPENDED, REQUEUED = "Suspended", "Requeued (window expired)"
+PAUSED = "Paused"  # the whole queue is held (root's `pause`); the driver says so without asking the policy
 
 
 def after_decisions(snapshot: Snapshot, decisions: Sequence[Decision]) -> Snapshot:
