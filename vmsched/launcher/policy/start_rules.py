@@ -59,9 +59,11 @@ def fold_to_fit(job: QueuedJob, shapes: list[Shape], ws: Workspace) -> list[Shap
     fit (the least folding any of them needs, within the user's and the policy's MPL caps): virtual
     malleability lets a job bigger than the node run folded rather than never. Unchanged shapes when no
     allowed folding fits (the job then never starts, and submission refuses it)."""
-    if any(s.cpus <= ws.ncpus for s in shapes):
-        return shapes
-    folded = [Shape(s.nranks, -(-s.nranks // ws.ncpus)) for s in shapes]
+    ncpus = ws.ncpus
+    for s in shapes:  # the common case, on every pass for every job: a plain loop is cheapest
+        if s.cpus <= ncpus:
+            return shapes
+    folded = [Shape(s.nranks, -(-s.nranks // ncpus)) for s in shapes]
     least = min(s.max_mpl for s in folded)
     fits = least <= mpl_cap(ws.cfg, job.max_mpl)
     return [s for s in folded if s.max_mpl == least] if fits else shapes
@@ -91,7 +93,8 @@ class Rigid(StartRule):
     name = "fcfs"
 
     def shapes(self, job: QueuedJob, ws: Workspace) -> list[Shape]:
-        return fold_to_fit(job, [Shape(job.procs[0], 1)], ws)
+        n = job.procs[0]
+        return [Shape(n, 1)] if n <= ws.ncpus else fold_to_fit(job, [Shape(n, 1)], ws)
 
 
 class PercentageOffers(StartRule):
