@@ -103,6 +103,16 @@ def send_app(iters: int, variant: str = "0x1") -> list[str]:
     return ["python", "-m", "vmsched.apps.send", "--class", "S", "--iters", str(iters), "--variant", variant]
 
 
+def expiring_backfill(node: Node, head_iters: int = 10) -> tuple[int, int, int]:
+    """Jobs (a, head, late) on 2 CPUs: `a` holds one CPU, `head` waits for both, `late` is backfilled
+    with a 1 s estimate that it far outlives, so its window expires while `head` still waits."""
+    a = node.submit("-n", "1", "--time", "6s", "--", *send_app(60))
+    node.wait_state(a, ("running",))
+    head = node.submit("-n", "2", "--time", "30s", "--", *send_app(head_iters))
+    late = node.submit("-n", "1", "--time", "1s", "--", *send_app(60))
+    return a, head, late
+
+
 def vmapp_result(text: str) -> dict[str, Any]:
     lines = [line for line in text.splitlines() if line.startswith("VMAPP ")]
     assert len(lines) == 1, f"expected one result line, got: {text[-2000:]}"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 
-from tests.launcher_harness import Node, send_app, starts, vmapp_result
+from tests.launcher_harness import Node, expiring_backfill, send_app, starts, vmapp_result
 from vmsched.protocol import Client
 
 
@@ -86,10 +86,7 @@ def test_conservative_backfill_keeps_every_reservation(node_factory):
 
 def test_expired_window_suspend_stops_and_resumes_the_job(node_factory):
     node = node_factory("fcfs+easy:suspend/fifo")
-    a = node.submit("-n", "1", "--time", "6s", "--", *send_app(60))
-    node.wait_state(a, ("running",))
-    head = node.submit("-n", "2", "--time", "30s", "--", *send_app(10))
-    late = node.submit("-n", "1", "--time", "1s", "--", *send_app(60))  # underestimated: window expires
+    a, head, late = expiring_backfill(node)
     acct = node.wait_all_done(timeout=240)
     assert events(node, late, "suspend") and events(node, late, "resume"), node.job(late)["events"]
     assert acct[late]["requeues"] == 0, "suspended, not restarted"

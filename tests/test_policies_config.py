@@ -5,7 +5,15 @@ from __future__ import annotations
 import pytest
 
 from tests.test_policies import q, r, run, snap
-from vmsched.launcher.policy import POLICIES, PolicyConfig, QueuedJob, can_ever_start, decide, parse_policy_spec
+from vmsched.launcher.policy import (
+    POLICIES,
+    PolicyConfig,
+    QueuedJob,
+    Start,
+    can_ever_start,
+    decide,
+    parse_policy_spec,
+)
 from vmsched.launcher.policy.orders import ordered_queue
 
 # --- validation ------------------------------------------------------------------------------------
@@ -169,12 +177,15 @@ def test_same_snapshot_same_decisions(policy):
         ("fcfs", (16, 4), "short", True),  # 16 ranks folded twice on 8 CPUs
         ("fcfs", (8, 4), "short", True),
         ("moldable", (16, 8), "short", True),  # 50 % of 16 fits on 8 CPUs
-        ("moldable", (24, 2), "short", False),  # 2 is below 40 % of 24
+        ("moldable", (24, 2), "short", True),  # 2 is below 40 % of 24: 24 folded 3x (issue 13)
         ("asp-max", (9, 8), "short", True),
         ("psa", (16, 8), "short", True),
         ("fjt", (32,), "long", True),  # folded with max MPL 4: 8 CPUs
-        ("fjt", (32,), "short", False),
-        ("folding", (9,), "short", False),
+        ("fjt", (32,), "short", True),  # no count fits unfolded: folded 4x, just enough (issue 13)
+        ("fjt", (40,), "short", False),  # would need max MPL 5, above the limit of 4
+        ("fjt[max_mpl_limit=2]", (32,), "long", False),
+        ("folding", (9,), "short", True),  # folded 2x onto 5 CPUs
+        ("psa", (33,), "short", False),
     ],
 )
 def test_can_ever_start(spec, procs, cls, expected):
@@ -192,6 +203,32 @@ def test_spec_with_numeric_options_round_trips():
                         ("fjt[fjt_long_mpl=0]", "must be an integer >= 1")):  # fmt: skip
         with pytest.raises(ValueError, match=needle):
             parse_policy_spec(bad)
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+@pytest.mark.parametrize("cls", ["short", "long"])
+@pytest.mark.parametrize("backfill", ["", "+easy:malleable", "+conservative:abort"])
+def test_every_policy_folds_a_job_bigger_than_the_node_just_enough(policy, cls, backfill):
+    from vmsched.launcher.policy.snapshot import QueuedJob, Snapshot
+
+    cfg = parse_policy_spec(policy + backfill)
+    for procs, user_cap, shape in (((4,), None, (4, 2)), ((4,), 4, (4, 2)), ((8, 4), None, (4, 2)), ((3,), 2, (3, 2))):
+        job = QueuedJob(1, 0.0, "u", procs, user_cap, cls, 60.0)
+        starts = [d for d in decide(Snapshot(0.0, 2, (job,), ()), cfg) if isinstance(d, Start)]
+        assert len(starts) == 1, (procs, starts)
+        got = (starts[0].nranks, starts[0].max_mpl)
+        if policy == "fjt" and cls == "long":
+            # FJT starts a long job shrunk at its own max MPL (4, or the user's cap) anyway.
+            assert got == (shape[0], min(4, user_cap or 4)), got
+        elif policy == "fcfs":  # rigid: its request, folded as far as that needs
+            assert got == (procs[0], -(-procs[0] // 2)), got
+        else:
+            assert got == shape, (procs, got)
+            assert "folded to fit this node's 2 CPUs" in starts[0].reason
+        assert can_ever_start(job, 2, cfg)
+    # The user forbids the folding it would need: refused up front, never started.
+    capped = QueuedJob(1, 0.0, "u", (4,), 1, cls, 60.0)
+    assert not can_ever_start(capped, 2, cfg)
 
 
 def test_fcfs_folds_a_rigid_job_larger_than_the_machine_just_enough():

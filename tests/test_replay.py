@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import re
 import signal
 import subprocess
 from pathlib import Path
@@ -51,11 +52,17 @@ def test_replay_two_policies_end_to_end(tmp_path):
         log = read_swf(d / "result.swf")
         ids = [j.job_number for j in log.jobs]
         assert len(ids) == njobs and len(set(ids)) == njobs, "every job exactly once"
-        assert f"{njobs} of {njobs} jobs completed with a verified result" in (d / "report.md").read_text()
+        report = (d / "report.md").read_text()
+        assert f"{njobs} of {njobs} jobs completed with a verified result" in report
+        # The node's energy over the run, from the launcher's meter (here the power model, 20 W idle and
+        # 60 W busy by default): at least the idle power over the makespan, at most full power a bit longer.
+        figures = dict(re.findall(r"^\|\s*([^|]+?)\s*\|\s*([\d.,]+)\s*\|$", report, re.MULTILINE))
+        energy, makespan = (float(figures[k].replace(",", "")) for k in ("energy (kJ)", "makespan (s)"))
+        assert 20.0 * makespan <= energy * 1000 <= 60.0 * (makespan + 10), (energy, makespan)
         for png in ("partitions.png", "utilization.png"):
             assert (d / png).stat().st_size > 1000
     comparison = (out / "comparison.md").read_text()
-    assert all(p in comparison for p in POLICIES)
+    assert all(p in comparison for p in POLICIES) and "energy kJ" in comparison
     assert (out / "response_by_class.png").stat().st_size > 1000
     assert (out / "relative_cdf.png").stat().st_size > 1000
 

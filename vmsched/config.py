@@ -89,6 +89,12 @@ class LauncherConfig:
     queue_type: str = "lbd"  # queue type asked of the CPU manager: lbd | local | global
     sample_ms: float = 100.0  # how often partitions are sampled into the job history
     sched_interval_ms: float = 20.0  # events within this interval share one scheduling pass
+    # Energy per job (vmsched/launcher/energy.py): auto = RAPL where readable, else the power model.
+    energy_source: str = "auto"  # auto | rapl | model
+    rapl_root: str = "/sys/class/powercap"
+    power_idle_w: float = 20.0  # the model's P_idle, and the idle power split per CPU on the RAPL path
+    power_max_w: float = 60.0  # the model's P_max (all CPUs busy)
+    energy_interval_s: float = 1.0  # how often the node's energy is read and split among jobs
 
 
 @dataclass(frozen=True)
@@ -231,6 +237,10 @@ def load_config(
         raise ConfigError("[metrics] listen and launcher_listen must differ: each daemon serves its own endpoint")
     if cfg.log.level.upper() not in LEVELS:
         raise ConfigError(f"[log] level must be one of {', '.join(LEVELS)}, got {cfg.log.level!r}")
+    if cfg.launcher.energy_source not in ("auto", "rapl", "model"):
+        raise ConfigError("[launcher] energy_source must be auto, rapl or model")
+    if not 0 <= cfg.launcher.power_idle_w <= cfg.launcher.power_max_w or cfg.launcher.energy_interval_s <= 0:
+        raise ConfigError("[launcher] need 0 <= power_idle_w <= power_max_w and energy_interval_s > 0")
     try:
         from vmsched.launcher.policy.config import parse_policy_spec
 

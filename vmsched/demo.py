@@ -27,6 +27,7 @@ from vmsched.apps.result import parse_result
 from vmsched.config import format_cpu_list, load_config
 from vmsched.launcher.history import partition_segments
 from vmsched.protocol import Client, DaemonUnavailable
+from vmsched.tables import Column, fitted_table
 from vmsched.workloads.plots import plot_partitions, plot_utilization
 
 BIN = Path(sys.executable).parent
@@ -144,19 +145,23 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def report(rows: list[dict[str, Any]], demo: Demo, ncpus: int, console: Console) -> None:
-    t = Table("job", "name", "state", "ranks", "wait s", "run s", "response s", "MPL history", "queue (LBD)",
-              "result", title="finished jobs")  # fmt: skip
+    columns = [Column("job"), Column("name", flexible=True), Column("state"), Column("ranks"), Column("wait s"),
+               Column("run s"), Column("response s", drop=1), Column("MPL history", flexible=True),
+               Column("queue (LBD)", flexible=True, drop=2), Column("result", flexible=True)]  # fmt: skip
+    table = []
     for r in rows:
         out = demo.work / f"vmsched-{r['id']}.out"
         try:
             res = parse_result(out.read_text())
-            result = f"verified {res['checksum'][:8]}" if res["verified"] else "[red]NOT VERIFIED[/]"
+            result = f"verified {res['checksum'][:8]}" if res["verified"] else "NOT VERIFIED"
         except (OSError, ValueError):
-            result = "[red]no result[/]"
+            result = "no result"
         queues = " -> ".join(dict.fromkeys(p["queue"] for p in r["partitions"])) or "-"
-        t.add_row(str(r["id"]), r["name"], r["state"], str(r["nranks"]), f"{r['wait']:.1f}", f"{r['run']:.1f}",
-                  f"{r['response']:.1f}", r["mpl_history"], queues, result)  # fmt: skip
-    console.print(t)
+        table.append([str(r["id"]), r["name"], r["state"], str(r["nranks"]), f"{r['wait']:.1f}", f"{r['run']:.1f}",
+                      f"{r['response']:.1f}", r["mpl_history"], queues, result])  # fmt: skip
+    console.print(
+        fitted_table(columns, table, console.width, title="finished jobs", hint="a wider terminal shows them")
+    )
     segments = partition_segments(rows)
     png = plot_partitions(segments, ncpus, demo.state / "partitions.png")
     util = plot_utilization(segments, ncpus, demo.state / "utilization.png")

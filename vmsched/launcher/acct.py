@@ -21,8 +21,22 @@ def acct_row(j: dict[str, Any]) -> dict[str, Any]:
         "job_class": j["job_class"], "nranks": j["nranks"], "submit_time": submit, "start_time": start,
         "end_time": end, "wait": wait, "run": run, "response": response,
         "slowdown": response / run if response and run else None, "cpu_seconds": j["cpu_seconds"],
+        "energy_j": j.get("energy_j"),
         "requeues": j["requeues"], "time_limit": j["time_limit"], "estimate": j["estimate"],
         "deadline": j["deadline"], "mpl_history": " -> ".join(map(str, mpls)) or "-",
         "partitions": [{"time": e["time"], "cpus": e["cpus"], "mpl": e["mpl"], "queue": e["queue"]}
                        for e in j.get("history", []) if e["kind"] == "partition"],
     }  # fmt: skip
+
+
+def energy_by_user(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per user: jobs, CPU-seconds and energy (joules, kWh) of the given accounting rows."""
+    users: dict[str, dict[str, Any]] = {}
+    for r in rows:
+        u = users.setdefault(r["user"], {"user": r["user"], "jobs": 0, "cpu_seconds": 0.0, "energy_j": 0.0})
+        u["jobs"] += 1
+        u["cpu_seconds"] += r["cpu_seconds"] or 0.0
+        u["energy_j"] += r.get("energy_j") or 0.0
+    for u in users.values():
+        u["energy_kwh"] = u["energy_j"] / 3.6e6
+    return sorted(users.values(), key=lambda u: u["user"])

@@ -85,7 +85,17 @@ def main(argv: list[str] | None = None) -> int:
     store = Store(cfg.db_path)
     cfg.db_path.chmod(0o600)  # it holds every job's environment
     cfg.jobs_dir.chmod(0o711)
-    svc = Launcher(cfg, store, cpu, policy)
+    try:
+        svc = Launcher(cfg, store, cpu, policy)
+    except ValueError as e:  # e.g. energy_source = "rapl" on a node without readable RAPL counters
+        log.error("%s", e)
+        print(f"vm-launcher: {e}", file=sys.stderr)
+        pidfile.unlink(missing_ok=True)
+        store.close()
+        cpu.close()
+        if metrics is not None:
+            metrics.close()
+        return 2
     notifier.status("recovering running jobs")
     svc.recover()
     if metrics is not None:

@@ -240,7 +240,10 @@ def run(argv: list[str] | None = None) -> int:
             name = info["policy"]
             out = args.out / slug(name)
             console.rule(escape(f"{name}: {len(requests)} jobs, time scale {args.time_scale}"))
+            before = info.get("energy", {}).get("node_j")
             rows = run_policy(launcher, requests, args.time_scale, out, console)
+            after = launcher.call("info").get("energy", {}).get("node_j")  # the node's, RAPL or model
+            energy = None if before is None or after is None else after - before
         except (DaemonUnavailable, ProtocolError) as e:
             print(f"vmreplay: {e}", file=sys.stderr)
             return 1
@@ -254,7 +257,7 @@ def run(argv: list[str] | None = None) -> int:
                 node.close()
         good, bad = verify_results(rows, out / "jobs")
         recs = job_records(rows)
-        summaries[name], records[name] = summarize(recs, cpus=ncpus), recs
+        summaries[name], records[name] = summarize(recs, cpus=ncpus, energy_j=energy), recs
         write_swf(result_log(recs, cpus=ncpus, notes=[f"vmreplay policy {name}", f"time scale {args.time_scale}"]),
                   out / "result.swf")  # fmt: skip
         text = markdown(summary_tables(summaries[name], title=name))

@@ -57,20 +57,64 @@ def parse_procs(text: str) -> tuple[int, ...]:
     return tuple(sorted(out, reverse=True))
 
 
-def parse_deadline(text: str, now: float | None = None) -> float:
-    """'+30m' (relative), an ISO date-time (local time), or epoch seconds -> epoch seconds."""
+def parse_time(text: str, now: float | None = None, what: str = "time") -> float:
+    """'+30m' / '-2h' (relative to now), 'now', an ISO date-time (local time), or epoch seconds -> epoch seconds."""
     now = time.time() if now is None else now
     t = text.strip()
-    if t.startswith("+"):
-        return now + parse_duration(t[1:])
-    try:
+    if t.lower() == "now":
+        return now
+    if t[:1] in ("+", "-"):
+        try:
+            return now + (1 if t[0] == "+" else -1) * parse_duration(t[1:])
+        except RequestError:
+            raise RequestError(f"bad {what} {text!r}: a relative time is +DURATION or -DURATION, e.g. +30m") from None
+    if _is_number(t):
         return float(t)
-    except ValueError:
-        pass
     try:
         return datetime.fromisoformat(t).timestamp()
     except ValueError:
-        raise RequestError(f"bad deadline {text!r}: use +30m, 2026-11-21T18:00 or epoch seconds") from None
+        raise RequestError(f"bad {what} {text!r}: use +30m, now, 2026-11-21T18:00 or epoch seconds") from None
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def parse_deadline(text: str, now: float | None = None) -> float:
+    """'+30m' (relative), an ISO date-time (local time), or epoch seconds -> epoch seconds."""
+    return parse_time(text, now, "deadline")
+
+
+# What `--export NONE` keeps: enough for a program to be found and to know whose it is.
+MINIMAL_ENV = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "SHELL")
+
+
+def export_env(spec: str, environ: dict[str, str]) -> dict[str, str]:
+    """The job's environment for `--export` (as in Slurm): ALL (the default) or NONE, and/or a
+    comma-separated list of NAME (taken from `environ`) and NAME=value; a list without ALL starts from
+    the minimal environment."""
+    items = [i.strip() for i in spec.split(",") if i.strip()]
+    if not items:
+        raise RequestError("--export needs ALL, NONE or a list of NAME and NAME=value")
+    base = environ if "ALL" in items else {k: environ[k] for k in MINIMAL_ENV if k in environ}
+    env = dict(base)
+    for item in items:
+        if item in ("ALL", "NONE"):
+            continue
+        name, eq, value = item.partition("=")
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+            raise RequestError(f"--export: {name!r} is not a variable name")
+        if eq:
+            env[name] = value
+        elif name in environ:
+            env[name] = environ[name]
+        else:
+            raise RequestError(f"--export: {name} is not set in this environment")
+    return env
 
 
 @dataclass(frozen=True)
@@ -89,6 +133,7 @@ class Submission:
     estimate: float
     time_limit: float | None
     deadline: float | None
+    begin_time: float | None = None
 
 
 def _int(msg: dict[str, Any], key: str) -> int | None:
@@ -126,10 +171,12 @@ def validate_submission(msg: dict[str, Any], cfg: LauncherConfig, ncpus: int, ma
     max_mpl = _int(msg, "max_mpl")
     if max_mpl is not None and max_mpl < 1:
         raise RequestError(f"max MPL must be >= 1, got {max_mpl}")
-    fold = max_mpl if max_mpl is not None else max_mpl_limit
+    fold = max_mpl_limit if max_mpl is None else min(max_mpl, max_mpl_limit)  # no policy folds further
     if ceil(procs[-1] / fold) > ncpus:
         raise RequestError(
-            f"{procs[-1]} ranks at max MPL {fold} need {ceil(procs[-1] / fold)} CPUs; this node has {ncpus}"
+            f"{procs[-1]} ranks at max MPL {fold} need {ceil(procs[-1] / fold)} CPUs; this node has {ncpus} "
+            f"(no allowed folding fits: at most max MPL {fold}, "
+            + ("your --max-mpl)" if max_mpl is not None and max_mpl <= max_mpl_limit else "the policy's limit)")
         )
     time_limit = _num(msg, "time_limit")
     if time_limit is not None and time_limit <= 0:
@@ -146,6 +193,9 @@ def validate_submission(msg: dict[str, Any], cfg: LauncherConfig, ncpus: int, ma
     deadline = _num(msg, "deadline")
     if deadline is not None and deadline <= now:
         raise RequestError("the deadline is in the past")
+    begin_time = _num(msg, "begin_time")
+    if begin_time is not None and begin_time < now - 1.0:  # a second of slack for the trip here
+        raise RequestError("the begin time is in the past")
     name = msg.get("name") or command[0].rsplit("/", 1)[-1]
     if not isinstance(name, str) or len(name) > 200:
         raise RequestError("name must be a string of at most 200 characters")
@@ -160,4 +210,4 @@ def validate_submission(msg: dict[str, Any], cfg: LauncherConfig, ncpus: int, ma
     if not isinstance(out, str) or not isinstance(err, str):
         raise RequestError("stdout/stderr must be paths")
     return Submission(name, list(command), cwd, dict(env), out, err, procs, max_mpl, job_class, estimate,
-                      time_limit, deadline)  # fmt: skip
+                      time_limit, deadline, begin_time)  # fmt: skip

@@ -23,9 +23,12 @@ import psutil
 from vmsched.config import Config
 from vmsched.cpumanager.client import CpuManagerClient
 from vmsched.launcher import runner
+from vmsched.launcher.dependencies import checked_dependency, creates_cycle, hold_reason
+from vmsched.launcher.energy import EnergyMeter, cpu_seconds_between, split_energy
 from vmsched.launcher.policy.config import PolicyConfig, parse_policy_spec
 from vmsched.launcher.policy.core import can_ever_start, decide, hold_idle_cpus, next_event_time
 from vmsched.launcher.policy.decisions import Abort, Decision, Mold, Resume, SetMaxMpl, Start, Suspend
+from vmsched.launcher.policy.reasons import PAUSED, pending_reasons
 from vmsched.launcher.policy.snapshot import QueuedJob, RunningJob, Snapshot
 from vmsched.launcher.requests import RequestError, validate_submission
 from vmsched.launcher.store import ACTIVE, FINISHED, JobRecord, Store
@@ -62,6 +65,11 @@ class Launcher:
         self.last_pass = 0.0
         self.dirty_since: float | None = None  # when the pending pass became due
         self.last_sample = 0.0
+        self.reasons: dict[int, str] = {}  # job id -> pending reason, from the last scheduling pass
+        lc = cfg.launcher
+        self.meter = EnergyMeter(lc.energy_source, lc.rapl_root, lc.power_idle_w, lc.power_max_w)
+        self.segments: dict[int, list[tuple[float, int]]] = {}  # job -> partition sizes since the last reading
+        self.energy_last = time.time()
 
     # -- startup ---------------------------------------------------------------------------------
     def recover(self) -> None:
@@ -97,22 +105,43 @@ class Launcher:
         now = time.time()
         try:
             sub = validate_submission(msg, self.cfg.launcher, self.ncpus, self.policy.max_mpl_limit, now)
+            deps = checked_dependency(msg.get("dependency"))
         except RequestError as e:
             raise ProtocolError(str(e)) from None
+        self._check_dependencies(peer, deps)
         probe = QueuedJob(0, now, "", sub.procs, sub.max_mpl, sub.job_class, sub.estimate, sub.deadline)
         if not can_ever_start(probe, self.ncpus, self.policy):
-            raise ProtocolError(f"policy {self.policy.spec()} would never start this job on {self.ncpus} CPUs "
-                                f"(ranks {list(sub.procs)}, max MPL {sub.max_mpl or 'any'})")  # fmt: skip
+            raise ProtocolError(f"policy {self.policy.spec()} would never start this job on {self.ncpus} CPUs, "
+                                f"not even folded as far as allowed (ranks {list(sub.procs)}, max MPL "
+                                f"{sub.max_mpl or 'any'}, policy limit {self.policy.max_mpl_limit})")  # fmt: skip
         job_id = self.store.add_job(
             uid=peer.uid, gid=peer.gid, user=user_name(peer.uid), name=sub.name, command=sub.command,
             cwd=sub.cwd, env=sub.env, stdout=sub.stdout, stderr=sub.stderr, procs=list(sub.procs),
             max_mpl=sub.max_mpl, job_class=sub.job_class, estimate=sub.estimate, time_limit=sub.time_limit,
-            deadline=sub.deadline, submit_time=now,
+            deadline=sub.deadline, submit_time=now, dependency=[list(d) for d in deps], begin_time=sub.begin_time,
         )  # fmt: skip
         self.dirty = True
         event(log, "submit", job=job_id, user=user_name(peer.uid), name=sub.name, ranks=sub.procs,
               job_class=sub.job_class, estimate_s=sub.estimate)  # fmt: skip
         return {"job": job_id, "job_class": sub.job_class, "estimate": sub.estimate}
+
+    def _check_dependencies(self, peer: Peer, deps: tuple[tuple[str, int], ...]) -> None:
+        """No cycle (the id this job will get among the jobs it waits for, even through others); each job
+        depended on exists and is the submitter's own (root: anyone's)."""
+
+        def deps_of(j: int) -> list[tuple[str, int]]:
+            job = self.store.job(j)
+            return [] if job is None else [(k, i) for k, i in job.dependency]
+
+        new_id = self.store.next_id()
+        if creates_cycle(new_id, deps, deps_of):
+            raise ProtocolError(f"dependency cycle: job {new_id} (this one) would wait for itself")
+        for _, j in deps:
+            job = self.store.job(j)
+            if job is None:
+                raise ProtocolError(f"dependency on unknown job {j}")
+            if not self._visible(job, peer):
+                raise ProtocolError(f"dependency on job {j}, which belongs to {job.user}")
 
     def _visible(self, job: JobRecord, peer: Peer) -> bool:
         return peer.uid == 0 or peer.uid == job.uid
@@ -132,19 +161,33 @@ class Launcher:
         jobs = []
         for job in self.store.jobs(ACTIVE):
             d = job.public(full=self._visible(job, peer))
+            del d["energy_j"]  # accounted as the job runs; shown by vmacct once it has ended
             d["partition"] = self.partitions.get(job.id)
+            d["pending_reason"] = self.reasons.get(job.id) if job.state == "queued" or job.suspended else None
             jobs.append(d)
         return {"policy": self.policy.spec(), "paused": self.paused, "ncpus": self.ncpus, "jobs": jobs}
 
     def job_info(self, msg: dict[str, Any]) -> dict[str, Any]:
         job = self._owned(msg)
-        return {"job": job.public(full=True), "events": self.store.events(job.id),
-                "partition": self.partitions.get(job.id)}  # fmt: skip
+        return {"job": dict(job.public(full=True), pending_reason=self.reasons.get(job.id)),
+                "events": self.store.events(job.id), "partition": self.partitions.get(job.id)}  # fmt: skip
 
     def acct(self, msg: dict[str, Any]) -> dict[str, Any]:
         peer = self._peer(msg)
         limit = get_int(msg, "limit", minimum=1, default=1000)
         uid = None if peer.uid == 0 else peer.uid
+        user = msg.get("user")
+        if user is not None:
+            try:
+                wanted = pwd.getpwnam(user).pw_uid if isinstance(user, str) else None
+            except KeyError:
+                raise ProtocolError(f"unknown user {user!r}") from None
+            if wanted is None:
+                raise ProtocolError("argument 'user' must be a user name")
+            if uid is not None and wanted != uid:
+                raise ProtocolError(f"only root may see the jobs of {user}")
+            uid = wanted
+        since, until = (_time_arg(msg, k) for k in ("start", "end"))
         ids = msg.get("jobs")
         if ids is not None:
             if not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
@@ -152,7 +195,7 @@ class Launcher:
             found = [self.store.job(i) for i in ids]
             jobs = [j for j in found if j is not None and j.state in FINISHED and (uid is None or j.uid == uid)]
         else:
-            jobs = self.store.finished(uid=uid, limit=limit)
+            jobs = self.store.finished(uid=uid, since=since, until=until, limit=limit)
         return {"jobs": [dict(j.public(full=True), history=self._history(j.id)) for j in jobs]}
 
     def _history(self, job_id: int) -> list[dict[str, Any]]:
@@ -207,6 +250,9 @@ class Launcher:
         return {
             "policy": self.policy.spec(), "paused": self.paused, "ncpus": self.ncpus,
             "queued": self.store.count(("queued",)), "running": self.store.count(("starting", "running", "aborting")),
+            "energy": {"source": self.meter.source, "time": self.energy_last,
+                       "node_j": float(self.store.meta("energy_node_j") or 0),
+                       "unattributed_j": float(self.store.meta("energy_unattributed_j") or 0)},
         }  # fmt: skip
 
     # -- events ----------------------------------------------------------------------------------
@@ -218,6 +264,9 @@ class Launcher:
         sample = self.cfg.launcher.sample_ms / 1000
         if now - self.last_sample >= sample:
             self.sample_partitions(now)
+        energy_every = self.cfg.launcher.energy_interval_s
+        if now - self.energy_last >= energy_every:
+            self.account_energy(now)
         if self.next_event is not None and now >= self.next_event:
             self.dirty = True
         interval = self.cfg.launcher.sched_interval_ms / 1000
@@ -228,7 +277,7 @@ class Launcher:
             self.dirty_since = now
         if self.dirty and now - self.dirty_since >= interval:
             self.schedule(now)
-        wake = sample
+        wake = min(sample, max(0.0, self.energy_last + energy_every - now))
         if self.dirty:
             wake = min(wake, max(0.0, self.dirty_since + interval - now))
         if self.next_event is not None:
@@ -259,6 +308,10 @@ class Launcher:
             event(log, "release", logging.WARNING, job=job.id, reason="the CPU manager did not answer")
         status = runner.read_status(self.cfg, job.id)
         now = time.time()
+        segments = self.segments.get(job.id)
+        if segments is not None:  # its partition is gone from its end on; its energy is accounted up to then
+            segments.append((max(segments[-1][0], min(now, (status or {}).get("end_time") or now)), 0))
+            self.account_energy(now)
         # The shim said so, or the launcher died before the shim was even spawned.
         never_started = (status is None and job.state == "starting") or (status is not None and not status["started"])
         if job.state == "aborting" or never_started:
@@ -284,6 +337,27 @@ class Launcher:
                               exit_code=code, shim_pid=None, cpu_seconds=cpu_s)  # fmt: skip
             event(log, "end", job=job.id, user=job.user, state=state, exit_code=code, reason=job.reason or None)
         self.dirty = True
+
+    def account_energy(self, now: float) -> None:
+        """Read (or model) the node's energy since the last reading and split it among the jobs by their
+        CPU-seconds in that interval (vmsched.launcher.energy)."""
+        t0, self.energy_last = self.energy_last, now
+        if now <= t0 or not self.ncpus:
+            return
+        active = {j.id for j in self.store.jobs(("starting", "running", "aborting"))}
+        for j, seg in self.segments.items():
+            if j not in active and seg[-1][1]:  # gone without _ended seeing a partition (CPU manager lagging)
+                seg.append((max(seg[-1][0], t0), 0))
+        cpu_s = {j: cpu_seconds_between(seg, t0, now) for j, seg in self.segments.items()}
+        node = self.meter.interval_energy(now - t0, self.ncpus, sum(cpu_s.values()))
+        shares, rest = split_energy(node, now - t0, self.ncpus, self.cfg.launcher.power_idle_w, cpu_s)
+        self.store.add_energy({j: e for j, e in shares.items() if e > 0}, node, rest)
+        for j, seg in list(self.segments.items()):  # keep each job's size from now on; forget ended ones
+            cpus = seg[-1][1]
+            if cpus == 0:
+                del self.segments[j]
+            else:
+                self.segments[j] = [(now, cpus)]
 
     def check_overruns(self, now: float) -> None:
         for job_id, deadline in list(self.kill_deadline.items()):
@@ -317,6 +391,9 @@ class Launcher:
             cur = {"cpus": j["cpus"], "mpl": j["mpl"], "queue": j["queue"], "lbd": j["lbd"], "ip": j["ip"],
                    "cvcs": j["cvcs"], "max_mpl": j["max_mpl"]}  # fmt: skip
             old = self.partitions.get(j["job"])
+            seg = self.segments.setdefault(j["job"], [(now, len(j["cpus"]))])
+            if seg[-1][1] != len(j["cpus"]):
+                seg.append((now, len(j["cpus"])))
             key = ("cpus", "mpl", "queue", "lbd")
             if old is None or any(old[k] != cur[k] for k in key):
                 if self.store.job(j["job"]) is not None:
@@ -324,10 +401,27 @@ class Launcher:
             self.partitions[j["job"]] = cur
 
     # -- scheduling ------------------------------------------------------------------------------
-    def snapshot(self, now: float) -> Snapshot:
+    def eligible(self, now: float) -> tuple[list[JobRecord], dict[int, str]]:
+        """Queued jobs the policy may see, and the others with why not (dependency, begin time)."""
+        ready, held = [], {}
+        for j in self.store.jobs(("queued",)):
+            states = {}
+            for _, d in j.dependency:
+                dep = self.store.job(d)
+                if dep is not None:
+                    states[d] = dep.state
+            why = hold_reason([(k, d) for k, d in j.dependency], j.begin_time, states, now)
+            if why is None:
+                ready.append(j)
+            else:
+                held[j.id] = why
+        return ready, held
+
+    def snapshot(self, now: float, ready: list[JobRecord] | None = None) -> Snapshot:
+        """What the policy sees; `ready`: the eligible queued jobs, if already read."""
         queue = tuple(
             QueuedJob(j.id, j.submit_time, j.user, j.procs, j.max_mpl, j.job_class, j.estimate, j.deadline)
-            for j in self.store.jobs(("queued",))
+            for j in (self.eligible(now)[0] if ready is None else ready)
         )
         running = []
         for j in self.store.jobs(("starting", "running", "aborting")):
@@ -347,6 +441,7 @@ class Launcher:
         self.last_pass = now
         if self.paused:
             self.next_event = None
+            self.reasons = {j.id: PAUSED for j in self.store.jobs(("queued",))}
             self._tell_queue_state(False)
             return
         for d in decide(self.snapshot(now), self.policy):
@@ -355,8 +450,13 @@ class Launcher:
             except (ProtocolError, DaemonUnavailable, OSError) as e:
                 log.warning("could not apply %s: %s", d, e)
                 self.dirty = True
-        after = self.snapshot(now)
-        self.next_event = next_event_time(after, self.policy)
+        ready, held = self.eligible(now)
+        after = self.snapshot(now, ready)
+        requeued = [j.id for j in ready if j.requeues > 0]
+        self.reasons = {**pending_reasons(after, self.policy, requeued=requeued), **held}
+        begins = [j.begin_time for j in self.store.jobs(("queued",)) if j.begin_time and j.begin_time > now]
+        self.next_event = min([t for t in (next_event_time(after, self.policy), *begins) if t is not None],
+                              default=None)  # fmt: skip
         self._tell_queue_state(hold_idle_cpus(after, self.policy))
 
     def _tell_queue_state(self, waiting: bool) -> None:
@@ -416,6 +516,13 @@ class Launcher:
 
     def close(self) -> None:
         self.exits.close()
+
+
+def _time_arg(msg: dict[str, Any], key: str) -> float | None:
+    v = msg.get(key)
+    if v is not None and (isinstance(v, bool) or not isinstance(v, int | float)):
+        raise ProtocolError(f"argument {key!r} must be a time in seconds since the epoch")
+    return None if v is None else float(v)
 
 
 def _create_time(pid: int) -> float | None:

@@ -34,7 +34,7 @@ CREATE TABLE IF NOT EXISTS jobs (
     start_time REAL, end_time REAL, nranks INTEGER, cur_max_mpl INTEGER, run_estimate REAL,
     backfilled INTEGER NOT NULL DEFAULT 0, window_end REAL, suspended INTEGER NOT NULL DEFAULT 0,
     shim_pid INTEGER, shim_start REAL, exit_code INTEGER, requeues INTEGER NOT NULL DEFAULT 0,
-    cpu_seconds REAL
+    cpu_seconds REAL, dependency TEXT NOT NULL DEFAULT '[]', begin_time REAL, energy_j REAL
 );
 CREATE INDEX IF NOT EXISTS jobs_state ON jobs(state, id);
 CREATE TABLE IF NOT EXISTS events (
@@ -43,6 +43,15 @@ CREATE TABLE IF NOT EXISTS events (
 CREATE INDEX IF NOT EXISTS events_job ON events(job_id, time);
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 """
+
+# Schema versions: 1 = the first release; 2 = jobs.dependency, begin_time, energy_j (issue 13). A database
+# of an older version gets the missing columns, with their defaults, when the launcher opens it.
+SCHEMA_VERSION = 2
+_ADDED_COLUMNS = {
+    "dependency": "TEXT NOT NULL DEFAULT '[]'",  # JSON list of [type, job id], e.g. [["afterok", 3]]
+    "begin_time": "REAL",  # not eligible to start before this time
+    "energy_j": "REAL",  # the job's share of the node's energy (vmsched.launcher.energy)
+}
 
 
 @dataclass(frozen=True)
@@ -79,18 +88,21 @@ class JobRecord:
     exit_code: int | None
     requeues: int
     cpu_seconds: float | None
+    dependency: list[list[Any]]
+    begin_time: float | None
+    energy_j: float | None
 
     def public(self, full: bool) -> dict[str, Any]:
         """The job as shown to users; without `full` (someone else's job) no details."""
         d = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("env", "shim_start")}
         d["procs"] = list(self.procs)
         if not full:
-            for k in ("name", "command", "cwd", "stdout", "stderr", "reason", "exit_code", "deadline"):
+            for k in ("name", "command", "cwd", "stdout", "stderr", "reason", "exit_code", "deadline", "dependency"):
                 d[k] = None
         return d
 
 
-_JSON_FIELDS = {"command", "env", "procs"}
+_JSON_FIELDS = {"command", "env", "procs", "dependency"}
 
 
 def _record(row: sqlite3.Row) -> JobRecord:
@@ -113,9 +125,24 @@ class Store:
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=NORMAL")
         self.db.executescript(_SCHEMA)
+        self._migrate()
 
     def close(self) -> None:
         self.db.close()
+
+    def _migrate(self) -> None:
+        """Bring a database written by an older version up to SCHEMA_VERSION (columns only ever added)."""
+        with self.tx() as db:
+            have = {r["name"] for r in db.execute("PRAGMA table_info(jobs)")}
+            for name, decl in _ADDED_COLUMNS.items():
+                if name not in have:
+                    db.execute(f"ALTER TABLE jobs ADD COLUMN {name} {decl}")
+            db.execute("INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+
+    def next_id(self) -> int:
+        """The id the next job will get (AUTOINCREMENT never reuses one)."""
+        row = self.db.execute("SELECT seq FROM sqlite_sequence WHERE name = 'jobs'").fetchone()
+        return (int(row[0]) if row else 0) + 1
 
     @contextmanager
     def tx(self) -> Iterator[sqlite3.Connection]:
@@ -129,7 +156,7 @@ class Store:
 
     # -- writes ----------------------------------------------------------------------------------
     def add_job(self, **values: Any) -> int:
-        for k in _JSON_FIELDS:
+        for k in _JSON_FIELDS & values.keys():  # the others take their column's default
             values[k] = json.dumps(values[k])
         cols = ", ".join(values)
         marks = ", ".join("?" for _ in values)
@@ -155,6 +182,15 @@ class Store:
             "INSERT INTO events VALUES (?, ?, ?, ?)", (job_id, when or time.time(), event, json.dumps(data))
         )
 
+    def add_energy(self, shares: dict[int, float], node_j: float, unattributed_j: float) -> None:
+        """Add one interval's energy: each job's share, and the node's total and unattributed part."""
+        with self.tx() as db:
+            for job_id, joules in shares.items():
+                db.execute("UPDATE jobs SET energy_j = COALESCE(energy_j, 0) + ? WHERE id = ?", (joules, job_id))
+            for key, add in (("energy_node_j", node_j), ("energy_unattributed_j", unattributed_j)):
+                row = db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+                db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, repr(float(row[0] if row else 0) + add)))
+
     def set_meta(self, key: str, value: str) -> None:
         self.db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, value))
 
@@ -170,7 +206,10 @@ class Store:
             sql += f" LIMIT {int(limit)}"
         return [_record(r) for r in self.db.execute(sql, states)]
 
-    def finished(self, uid: int | None = None, since: float | None = None, limit: int = 1000) -> list[JobRecord]:
+    def finished(self, uid: int | None = None, since: float | None = None, limit: int = 1000,
+                 until: float | None = None) -> list[JobRecord]:  # fmt: skip
+        """Finished jobs, oldest first; `since`/`until`: those that ended at or after `since` and were
+        submitted at or before `until` (in the node's hands during [since, until])."""
         sql = f"SELECT * FROM jobs WHERE state IN ({', '.join('?' * len(FINISHED))})"
         args: list[Any] = list(FINISHED)
         if uid is not None:
@@ -179,6 +218,9 @@ class Store:
         if since is not None:
             sql += " AND end_time >= ?"
             args.append(since)
+        if until is not None:
+            sql += " AND submit_time <= ?"
+            args.append(until)
         sql += " ORDER BY id DESC LIMIT ?"
         args.append(limit)
         return [_record(r) for r in self.db.execute(sql, args)][::-1]

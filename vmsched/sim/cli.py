@@ -34,6 +34,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from vmsched.config import load_config
+from vmsched.launcher.energy import model_energy
 from vmsched.launcher.policy import parse_policy_spec
 from vmsched.launcher.policy.config import PolicyConfig
 from vmsched.launcher.policy.core import can_ever_start
@@ -97,12 +99,21 @@ def run_policy(workload: Workload, ncpus: int, cfg: PolicyConfig, runtime: Calla
         return simulate(jobs, ncpus, cfg, runtime, progress=tick)
 
 
+def run_energy(recs: list[metrics.JobRecord], ncpus: int) -> float | None:
+    """The node's energy over the simulated run, by the launcher's power model (configured P_idle, P_max)."""
+    if not recs:
+        return None
+    lc = load_config().launcher
+    makespan = max(r.end for r in recs) - min(r.submit for r in recs)
+    return model_energy(makespan, ncpus, lc.power_idle_w, lc.power_max_w, sum(r.cpu_time for r in recs))
+
+
 def write_policy(out: Path, name: str, workload: Workload, ncpus: int, records: list[JobRecord],
                  notes: list[str]) -> tuple[metrics.Summary, list[metrics.JobRecord], str]:  # fmt: skip
     by_id = {j.job.job_id: j for j in workload.jobs}
     recs = [to_metrics(r, by_id[r.job_id]) for r in records]
     out.mkdir(parents=True)
-    summary = summarize(recs, cpus=ncpus)
+    summary = summarize(recs, cpus=ncpus, energy_j=run_energy(recs, ncpus))
     write_swf(result_log(recs, cpus=ncpus, notes=[f"vmsim policy {name}", *notes]), out / "result.swf")
     aborts = sum(r.aborts for r in records)
     refolded = sum(1 for r in records if len({m for _, m, _ in r.history}) > 1)

@@ -154,15 +154,17 @@ def swf_from_record(record: JobRecord, status: int = 1) -> SwfJob:
     )
 
 
-def result_log(records: Iterable[JobRecord], cpus: int | None = None, notes: Sequence[str] = ()) -> SwfLog:
-    """An SWF result log of finished jobs, in submission order, that :func:`records_from_swf` reads back."""
+def result_log(records: Iterable[JobRecord], cpus: int | None = None, notes: Sequence[str] = (),
+               status: Mapping[int, int] | None = None) -> SwfLog:  # fmt: skip
+    """An SWF result log of finished jobs, in submission order, that :func:`records_from_swf` reads back;
+    `status`: SWF status per job id (default 1, completed)."""
     header: dict[str, object] = {"Version": 2.2}
     if cpus is not None:
         header["MaxProcs"] = cpus
     if notes:
         header["Note"] = "\n".join(notes)
     ordered = sorted(records, key=lambda r: (r.submit, r.id))
-    return make_log([swf_from_record(r) for r in ordered], header)
+    return make_log([swf_from_record(r, (status or {}).get(r.id, 1)) for r in ordered], header)
 
 
 # ---------------------------------------------------------------- per job
@@ -349,6 +351,7 @@ class Summary:
     #: "all" first, then "long", "short" and "unclassified" when present
     classes: Mapping[str, ClassSummary]
     turnaround: tuple[TurnaroundStep, ...]
+    energy_j: float | None = None  # the node's energy over the run (the caller says how it was obtained)
 
 
 def summarize(
@@ -356,8 +359,10 @@ def summarize(
     cpus: int | None = None,
     taus: Sequence[float] = DEFAULT_TAUS,
     step: int = 10,
+    energy_j: float | None = None,
 ) -> Summary:
-    """Per-class and overall metrics of a run. ``cpus`` (machine size) is needed for utilization."""
+    """Per-class and overall metrics of a run. ``cpus`` (machine size) is needed for utilization;
+    ``energy_j`` is the node's energy over the run, if known."""
     if cpus is not None and cpus < 1:
         raise WorkloadError(f"cpus must be >= 1, got {cpus}")
     taus = tuple(float(t) for t in taus)
@@ -389,6 +394,7 @@ def summarize(
         taus=taus,
         classes=classes,
         turnaround=turnaround_steps(records, step),
+        energy_j=energy_j,
     )
 
 

@@ -70,6 +70,7 @@ def summary_tables(summary: Summary, title: str = "run") -> list[TextTable]:
                 fmt(None if summary.throughput is None else summary.throughput * 3600, 2),
             ),
             ("CPU-seconds", fmt(summary.cpu_seconds)),
+            ("energy (kJ)", fmt(None if summary.energy_j is None else summary.energy_j / 1000, 2)),
         ),
     )
     headers = ["class", "jobs", "wait", "exec", "resp mean", "resp geo", "resp std", "slowdown"]
@@ -158,14 +159,14 @@ def comparison_table(summaries: Mapping[str, Summary]) -> TextTable:
     headers = ["run"]
     for c in classes:
         headers += [f"{c} wait", f"{c} exec", f"{c} resp"]
-    headers += ["makespan", "utilization"]
+    headers += ["makespan", "utilization", "energy kJ"]
     rows = []
     for label, s in summaries.items():
         row = [label]
         for c in classes:
             cs = s.classes.get(c)
             row += [fmt(cs.mean_wait), fmt(cs.mean_execution), fmt(cs.mean_response)] if cs else ["-", "-", "-"]
-        row += [fmt(s.makespan), pct(s.utilization)]
+        row += [fmt(s.makespan), pct(s.utilization), fmt(None if s.energy_j is None else s.energy_j / 1000, 2)]
         rows.append(tuple(row))
     return TextTable("comparison (means, seconds)", tuple(headers), tuple(rows))
 

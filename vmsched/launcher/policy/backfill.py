@@ -16,7 +16,7 @@ from . import plan_cache
 from .profile import FreeProfile
 from .sizes import Shape, estimate_at
 from .snapshot import QueuedJob
-from .start_rules import StartRule
+from .start_rules import StartRule, fold_note
 from .workspace import Workspace
 
 DEPTHS = {"none": 0, "easy": 1, "conservative": math.inf}
@@ -103,6 +103,7 @@ def backfill(ws: Workspace, rule: StartRule, head: QueuedJob) -> None:
                     profile.reserve(ws.now, ws.now + duration, shape.cpus)
                     until, held = ws.now + duration, _describe_plan(plan, head, depth, job.job_id)
                     reason = f"{ws.cfg.backfill} backfill ({rule.name}): {shape.nranks} ranks until t={until:g} {held}"
+                    reason += fold_note(job, shape, ws.ncpus)
                     ws.start(job, shape, reason, backfilled=True, window=True)
                     free, own = ws.free_now(), None
                     break

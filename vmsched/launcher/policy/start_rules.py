@@ -44,7 +44,7 @@ class StartRule:
         free = ws.free_now()
         for shape in self.shapes(job, ws):
             if ws.fits(job.job_id, shape):
-                ws.start(job, shape, f"{self.name}: {_describe(job, shape)} ({free} CPUs free)")
+                ws.start(job, shape, f"{self.name}: {_describe(job, shape, ws.ncpus)} ({free} CPUs free)")
                 return True
         return False
 
@@ -58,13 +58,35 @@ class StartRule:
         return self.shapes(job, ws)
 
 
-def _describe(job: QueuedJob, shape: Shape) -> str:
+def fold_to_fit(job: QueuedJob, shapes: list[Shape], ws: Workspace) -> list[Shape]:
+    """The rule's shapes; or, when none of them fits this machine even idle, each folded just enough to
+    fit (the least folding any of them needs, within the user's and the policy's MPL caps): virtual
+    malleability lets a job bigger than the node run folded rather than never. Unchanged shapes when no
+    allowed folding fits (the job then never starts, and submission refuses it)."""
+    ncpus = ws.ncpus
+    for s in shapes:  # the common case, on every pass for every job: a plain loop is cheapest
+        if s.cpus <= ncpus:
+            return shapes
+    folded = [Shape(s.nranks, -(-s.nranks // ncpus)) for s in shapes]
+    least = min(s.max_mpl for s in folded)
+    fits = least <= mpl_cap(ws.cfg, job.max_mpl)
+    return [s for s in folded if s.max_mpl == least] if fits else shapes
+
+
+def fold_note(job: QueuedJob, shape: Shape, ncpus: int) -> str:
+    """What the job's history says when it starts folded because no allowed count fits the node."""
+    if shape.max_mpl > 1 and job.procs[-1] > ncpus:
+        return f"; folded to fit this node's {ncpus} CPUs (no allowed count of ranks fits unfolded)"
+    return ""
+
+
+def _describe(job: QueuedJob, shape: Shape, ncpus: int) -> str:
     text = f"start {shape.nranks} ranks"
     if shape.nranks != job.procs[0]:
         text += f" of {job.procs[0]} requested"
     if shape.max_mpl > 1:
         text += f", max MPL {shape.max_mpl} (at least {shape.cpus} CPUs)"
-    return text
+    return text + fold_note(job, shape, ncpus)
 
 
 class Rigid(StartRule):
@@ -76,10 +98,7 @@ class Rigid(StartRule):
 
     def shapes(self, job: QueuedJob, ws: Workspace) -> list[Shape]:
         n = job.procs[0]
-        if n <= ws.ncpus:
-            return [Shape(n, 1)]
-        fit = math.ceil(n / ws.ncpus)
-        return [Shape(n, fit if fit <= mpl_cap(ws.cfg, job.max_mpl) else 1)]
+        return [Shape(n, 1)] if n <= ws.ncpus else fold_to_fit(job, [Shape(n, 1)], ws)
 
 
 class PercentageOffers(StartRule):
@@ -89,7 +108,7 @@ class PercentageOffers(StartRule):
     name = "moldable"
 
     def shapes(self, job: QueuedJob, ws: Workspace) -> list[Shape]:
-        return [Shape(n, 1) for n in percentage_offers(job.procs, ws.cfg.moldable_percentages)]
+        return fold_to_fit(job, [Shape(n, 1) for n in percentage_offers(job.procs, ws.cfg.moldable_percentages)], ws)
 
 
 class AspMax(StartRule):
@@ -102,7 +121,7 @@ class AspMax(StartRule):
 
     def shapes(self, job: QueuedJob, ws: Workspace) -> list[Shape]:
         cap = max(1, math.floor(ws.cfg.asp_max * ws.ncpus + 1e-9))
-        return [Shape(n, 1) for n in allowed_up_to(job.procs, cap) or [job.procs[-1]]]
+        return fold_to_fit(job, [Shape(n, 1) for n in allowed_up_to(job.procs, cap) or [job.procs[-1]]], ws)
 
 
 class Psa(StartRule):
@@ -120,10 +139,10 @@ class Psa(StartRule):
         return largest_allowed(job.procs, share) or job.procs[-1]
 
     def shapes(self, job: QueuedJob, ws: Workspace) -> list[Shape]:
-        return [Shape(self.target(job, ws), 1)]
+        return fold_to_fit(job, [Shape(self.target(job, ws), 1)], ws)
 
     def backfill_shapes(self, job: QueuedJob, ws: Workspace) -> list[Shape]:
-        return [Shape(n, 1) for n in allowed_up_to(job.procs, self.target(job, ws))]
+        return fold_to_fit(job, [Shape(n, 1) for n in allowed_up_to(job.procs, self.target(job, ws))], ws)
 
 
 class Folding(StartRule):
@@ -137,7 +156,7 @@ class Folding(StartRule):
     makes_room = True
 
     def shapes(self, job: QueuedJob, ws: Workspace) -> list[Shape]:
-        return [Shape(n, 1) for n in percentage_offers(job.procs, ws.cfg.moldable_percentages)]
+        return fold_to_fit(job, [Shape(n, 1) for n in percentage_offers(job.procs, ws.cfg.moldable_percentages)], ws)
 
     def try_start(self, job: QueuedJob, ws: Workspace) -> bool:
         folds: dict[int, int] = {}
@@ -146,11 +165,8 @@ class Folding(StartRule):
                 if ws.fits(job.job_id, shape, folds):
                     for jid, mpl in folds.items():
                         ws.set_max_mpl(jid, mpl, f"folding: halve the latest job's partition for job {job.job_id}")
-                    ws.start(
-                        job,
-                        shape,
-                        f"folding: {_describe(job, shape)}" + (f" after folding {sorted(folds)}" if folds else ""),
-                    )
+                    after = f" after folding {sorted(folds)}" if folds else ""
+                    ws.start(job, shape, f"folding: {_describe(job, shape, ws.ncpus)}{after}")
                     return True
             victim = self._latest_foldable(ws, folds)
             if victim is None:
@@ -219,11 +235,11 @@ class Fjt(StartRule):
 
     def preferred(self, job: QueuedJob, ws: Workspace) -> Shape:
         if job.job_class == "long" and (not self._other_long_queued(job, ws) or job.procs[-1] > ws.ncpus):
-            return Shape(self.target(job, ws), self.long_mpl(ws, job.max_mpl))
-        return Shape(self.target(job, ws), 1)
+            return fold_to_fit(job, [Shape(self.target(job, ws), self.long_mpl(ws, job.max_mpl))], ws)[0]
+        return fold_to_fit(job, [Shape(self.target(job, ws), 1)], ws)[0]
 
     def shapes(self, job: QueuedJob, ws: Workspace) -> list[Shape]:
-        return [Shape(n, 1) for n in allowed_up_to(job.procs, self.target(job, ws))]
+        return fold_to_fit(job, [Shape(n, 1) for n in allowed_up_to(job.procs, self.target(job, ws))], ws)
 
     def backfill_shapes(self, job: QueuedJob, ws: Workspace) -> list[Shape]:
         # Thesis §6.4.2: only short jobs are eligible for backfilling.
@@ -235,6 +251,9 @@ class Fjt(StartRule):
         free_max = ws.free_now({r.job_id: mpl for r, mpl in shrinkable})
         target = self.target(job, ws)
         if job.job_class == "short":
+            if job.procs[-1] > ws.ncpus:  # could never run unfolded here: starts folded just enough to fit
+                shape = fold_to_fit(job, [Shape(job.procs[-1], 1)], ws)[0]
+                return shape.cpus <= free_max and self._launch(job, shape, shrinkable, ws, "short job, folded")
             n = largest_allowed(job.procs, min(target, free_max))
             return n is not None and self._launch(job, Shape(n, 1), shrinkable, ws, "short job, unfolded")
         # A long job too big to ever run expanded on this machine can only start shrunk, even with
@@ -248,8 +267,9 @@ class Fjt(StartRule):
             if not (short_running or free_now > 0 or free_max > free_now):
                 return False
             mpl = self.long_mpl(ws, job.max_mpl)
-            n = next((p for p in job.procs if p <= target and minimum_partition(p, mpl) <= free_max), None)
-            return n is not None and self._launch(job, Shape(n, mpl), shrinkable, ws, "long job, starts shrunk")
+            shapes = fold_to_fit(job, [Shape(p, mpl) for p in allowed_up_to(job.procs, target)], ws)
+            shape = next((s for s in shapes if s.cpus <= free_max), None)
+            return shape is not None and self._launch(job, shape, shrinkable, ws, "long job, starts shrunk")
         if free_max <= 0:
             return False
         n = largest_allowed(job.procs, min(target, free_max))
@@ -266,7 +286,7 @@ class Fjt(StartRule):
             if ws.fits(job.job_id, shape, raised):
                 for jid, m in raised.items():
                     ws.set_max_mpl(jid, m, f"fjt: long job shrinks for job {job.job_id}")
-                ws.start(job, shape, f"fjt: {why}: {_describe(job, shape)}")
+                ws.start(job, shape, f"fjt: {why}: {_describe(job, shape, ws.ncpus)}")
                 return True
         return False
 
@@ -283,15 +303,14 @@ class SaStart(StartRule):
     def best(self, job: QueuedJob, ws: Workspace, profile: FreeProfile | None = None) -> Shape:
         profile = profile or ws.profile()
         choices = []
-        for n in job.procs:
-            shape = Shape(n, 1)
+        for shape in fold_to_fit(job, [Shape(n, 1) for n in job.procs], ws):
             if shape.cpus > ws.ncpus:
                 continue
-            duration = estimate_at(job, n)
+            duration = estimate_at(job, shape.nranks)
             start = profile.earliest_start(shape.cpus, duration)
             if start is not None:
-                choices.append((start + duration, -n, shape))
-        return min(choices)[2] if choices else Shape(job.procs[-1], 1)
+                choices.append((start + duration, -shape.nranks, shape))
+        return min(choices)[2] if choices else fold_to_fit(job, [Shape(job.procs[-1], 1)], ws)[0]
 
     def shapes(self, job: QueuedJob, ws: Workspace) -> list[Shape]:
         return [self.best(job, ws)]
@@ -313,16 +332,16 @@ class SaSubmit(SaStart):
             if len(job.procs) > 1:
                 best = self.best(job, ws, profile)
                 start = profile.earliest_start(best.cpus, estimate_at(job, best.nranks))
-                job = ws.mold(job, best.nranks, f"sa-submit: {best.nranks} ranks predicted to respond soonest "
-                                                f"(start t={start:g})")  # fmt: skip
-            shape = Shape(job.procs[0], 1)
+                when = "never fits" if start is None else f"start t={start:g}"
+                job = ws.mold(job, best.nranks, f"sa-submit: {best.nranks} ranks predicted to respond soonest ({when})")
+            shape = self.shapes(job, ws)[0]
             duration = estimate_at(job, shape.nranks)
             start = profile.earliest_start(shape.cpus, duration) if shape.cpus <= ws.ncpus else None
             if start is not None:
                 profile.reserve(start, start + duration, shape.cpus)
 
     def shapes(self, job: QueuedJob, ws: Workspace) -> list[Shape]:
-        return [Shape(job.procs[0], 1)]
+        return fold_to_fit(job, [Shape(job.procs[0], 1)], ws)
 
 
 RULES: dict[str, StartRule] = {

@@ -1,0 +1,85 @@
+"""Pure parts of issue 13: dependency rules, job-script directives, --export, and the store's migration."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+
+from vmsched.launcher.dependencies import creates_cycle, hold_reason, parse_dependency
+from vmsched.launcher.jobscript import directives, script_command
+from vmsched.launcher.requests import RequestError, export_env
+from vmsched.launcher.store import _SCHEMA, SCHEMA_VERSION, Store
+
+
+def test_parse_dependency():
+    assert parse_dependency("afterok:3:4,afterany:5") == (("afterok", 3), ("afterok", 4), ("afterany", 5))
+    for bad in ("after:3", "afterok", "afterok:", "afterok:x", "afterok:0", "afterok:3,,"):
+        with pytest.raises(RequestError):
+            parse_dependency(bad)
+
+
+def test_hold_reason():
+    deps = [("afterok", 1), ("afterany", 2)]
+    assert hold_reason(deps, None, {1: "running", 2: "failed"}, 0) == "Dependency"
+    assert hold_reason(deps, None, {1: "completed", 2: "failed"}, 0) is None
+    assert hold_reason(deps, None, {1: "failed", 2: "running"}, 0) == "DependencyNeverSatisfied"
+    assert hold_reason(deps, None, {1: "cancelled", 2: "queued"}, 0) == "DependencyNeverSatisfied"
+    assert hold_reason(deps, None, {2: "completed"}, 0) == "DependencyNeverSatisfied"  # job 1 unknown
+    assert hold_reason([], 100.0, {}, 50.0) == "BeginTime"
+    assert hold_reason([], 100.0, {}, 100.0) is None
+    assert hold_reason([("afterok", 1)], 100.0, {1: "queued"}, 50.0) == "Dependency"
+
+
+def test_creates_cycle():
+    graph = {1: [], 2: [("afterok", 1)], 3: [("afterany", 2)]}
+    assert not creates_cycle(4, [("afterok", 3)], lambda j: graph[j])
+    assert creates_cycle(4, [("afterok", 4)], lambda j: graph.get(j, []))
+    graph[1] = [("afterok", 4)]  # as if job 1 waited for the new job
+    assert creates_cycle(4, [("afterok", 3)], lambda j: graph[j])
+
+
+def test_directives():
+    text = "#!/bin/bash -l\n#VMSCHED -n 4 --time 1m\n\n# note\n#VMSCHED -J 'two words'  # comment\n"
+    text += "exec prog\n#VMSCHED -n 8\n"
+    assert directives(text) == [(2, ["-n", "4", "--time", "1m"]), (5, ["-J", "two words"])]
+    assert script_command("/x/job.sh", text, ["a"]) == ["/bin/bash", "-l", "/x/job.sh", "a"]
+    assert script_command("/x/job.sh", "exec prog\n", []) == ["/bin/sh", "/x/job.sh"]
+    for bad in ("#VMSCHED-n 4\n", "#VMSCHED\n", "#VMSCHED -J 'open\n"):
+        with pytest.raises(RequestError, match="line 1"):
+            directives(bad)
+
+
+def test_export_env():
+    env = {"PATH": "/bin", "HOME": "/h", "SECRET": "s", "KEEP": "k"}
+    assert export_env("ALL", env) == env
+    assert export_env("NONE", env) == {"PATH": "/bin", "HOME": "/h"}
+    assert export_env("KEEP,NEW=1", env) == {"PATH": "/bin", "HOME": "/h", "KEEP": "k", "NEW": "1"}
+    assert export_env("ALL,NEW=1", env) == {**env, "NEW": "1"}
+    for bad in ("", "1BAD=x", "MISSING"):
+        with pytest.raises(RequestError):
+            export_env(bad, env)
+
+
+# The first version's jobs table: today's, less the columns added since.
+NEW_COLUMNS = ", dependency TEXT NOT NULL DEFAULT '[]', begin_time REAL, energy_j REAL"
+OLD_JOB = """INSERT INTO jobs (uid, gid, user, name, command, cwd, env, stdout, stderr, procs, job_class, estimate,
+                  submit_time, state, end_time, cpu_seconds)
+VALUES (0, 0, 'root', 'old', '["true"]', '/', '{}', '', '', '[2]', 'short', 60, 1.0, 'completed', 5.0, 8.0);"""
+
+
+def test_a_database_of_the_first_version_is_migrated_and_keeps_its_jobs(tmp_path):
+    path = tmp_path / "vmsched.db"
+    assert NEW_COLUMNS in _SCHEMA
+    db = sqlite3.connect(path)
+    db.executescript(_SCHEMA.replace(NEW_COLUMNS, "") + OLD_JOB)
+    assert "begin_time" not in {r[1] for r in db.execute("PRAGMA table_info(jobs)")}
+    db.close()
+    store = Store(path)
+    job = store.job(1)
+    assert job is not None and job.name == "old" and job.cpu_seconds == 8.0
+    assert (job.dependency, job.begin_time, job.energy_j) == ([], None, None)
+    assert store.meta("schema_version") == str(SCHEMA_VERSION)
+    assert store.next_id() == 2
+    store.close()
+    assert Store(path).job(1) == job  # opening it again changes nothing
