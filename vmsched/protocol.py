@@ -9,6 +9,7 @@ error from either daemon.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -110,6 +111,7 @@ def serve_one(sock: zmq.Socket, handlers: dict[str, Handler], on_error: Callable
     if len(parts) < 3 or parts[1].bytes != b"":
         on_error("dropped a message without a REQ envelope")
         return
+    msg: dict[str, Any] = {}
     try:
         msg = decode_request([p.bytes for p in parts[2:]])
         msg["_peer"] = peer_credentials(parts[2])
@@ -120,6 +122,9 @@ def serve_one(sock: zmq.Socket, handlers: dict[str, Handler], on_error: Callable
     except ProtocolError as e:
         on_error(str(e))
         reply = {"ok": False, "error": str(e)}
+    except Exception as e:  # a failing handler is one failed request, never the daemon's end
+        logging.getLogger("vmsched.protocol").exception("request %r failed", msg.get("op"))
+        reply = {"ok": False, "error": f"internal error in {msg.get('op')!r}: {type(e).__name__}: {e}"}
     sock.send_multipart([parts[0].bytes, b"", encode(reply)])
 
 

@@ -48,6 +48,9 @@ def user_name(uid: int) -> str:
         return str(uid)
 
 
+PASS_RETRY_S = 1.0  # a scheduling pass that raised is tried again this much later (not in a loop)
+
+
 class Launcher:
     def __init__(self, cfg: Config, store: Store, cpu: CpuManagerClient, policy: PolicyConfig) -> None:
         self.cfg = cfg
@@ -276,7 +279,13 @@ class Launcher:
         if self.dirty and self.dirty_since is None:
             self.dirty_since = now
         if self.dirty and now - self.dirty_since >= interval:
-            self.schedule(now)
+            try:
+                self.schedule(now)
+            except Exception:  # a failing pass is logged and retried; the daemon and its jobs go on
+                log.exception("scheduling pass failed; retrying in %.0f s", PASS_RETRY_S)
+                self.dirty, self.dirty_since = True, now + PASS_RETRY_S - interval
+            if self.dirty and self.dirty_since is None:  # a decision could not be applied: try again
+                self.dirty_since = now
         wake = min(sample, max(0.0, self.energy_last + energy_every - now))
         if self.dirty:
             wake = min(wake, max(0.0, self.dirty_since + interval - now))
