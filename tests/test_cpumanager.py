@@ -256,19 +256,22 @@ def test_c_header_matches_ctypes_layout(tmp_path):
     (tmp_path / "vm_shm.h").write_text(L.c_header())
     lines = ["#include <stdio.h>", "#include <stddef.h>", '#include "vm_shm.h"', "int main(void) {"]
     expect = []
-    for struct, cname in ((L.Header, "vm_header"), (L.CpuEntry, "vm_cpu"), (L.JobEntry, "vm_job"),
-                          (L.RankEntry, "vm_rank"), (L.Segment, "vm_segment")):  # fmt: skip
+    for cname, struct in L.ALL_C_STRUCTS.items():
         lines.append(f'printf("%zu\\n", sizeof({cname}));')
         expect.append(__import__("ctypes").sizeof(struct))
         for name, _ in struct._fields_:
             lines.append(f'printf("%zu\\n", offsetof({cname}, {name}));')
             expect.append(getattr(struct, name).offset)
+    # The protocol constants too: generated from the same definition.
+    for name in ("WAKE_RUN", "LOCK_TIMEOUT_S", "WAKE_MS", "MAX_RANKS", "NAME_LEN", "RANK_WAITING"):
+        lines.append(f'printf("%llu\\n", (unsigned long long)VM_{name});')
+        expect.append(getattr(L, name))
     lines.append("return 0; }")
     (tmp_path / "check.c").write_text("\n".join(lines))
     subprocess.run(["cc", "-o", str(tmp_path / "check"), str(tmp_path / "check.c")], check=True, timeout=60)
     out = subprocess.run([str(tmp_path / "check")], capture_output=True, text=True, check=True).stdout
     assert [int(x) for x in out.split()] == expect
-    assert L.segment_size() == expect[-len(L.Segment._fields_) - 1]
+    assert L.segment_size() == __import__("ctypes").sizeof(L.Segment)
 
 
 def test_table_full_and_attach_errors(tmp_path):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import select
+import signal
 from collections.abc import Hashable
 
 import psutil
@@ -55,6 +56,27 @@ class ExitWatcher:
             self._keys.pop(old[1], None)
             self._epoll.unregister(old[1])
             os.close(old[1])
+
+    def alive(self, key: Hashable) -> bool:
+        """Whether the process watched under `key` has not exited: while it has not, its pid cannot
+        have been given to another process, so acting on the pid right after this reaches it."""
+        old = self._fds.get(key)
+        if old is None:
+            return False
+        p = select.poll()
+        p.register(old[1], select.POLLIN)
+        return not p.poll(0)
+
+    def send_signal(self, key: Hashable, sig: int) -> bool:
+        """Signal the watched process through its pidfd (never a process that reused its pid)."""
+        old = self._fds.get(key)
+        if old is None:
+            return False
+        try:
+            signal.pidfd_send_signal(old[1], sig)
+            return True
+        except (ProcessLookupError, PermissionError, OSError):
+            return False
 
     def watching(self, key: Hashable) -> int | None:
         old = self._fds.get(key)

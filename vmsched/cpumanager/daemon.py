@@ -80,6 +80,8 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         with request_socket(cfg.cpumanager_socket) as sock:
+            # Root's launcher and administrators only (the handlers check SO_PEERCRED as well).
+            os.chmod(cfg.cpumanager_socket, 0o600)
             log.info("managing CPUs %s (reserved %s), quantum %.1f ms, shm %s, socket %s%s",
                      format_cpu_list(cpus), reserved, cfg.cpumanager.quantum_ms, cfg.shm_name,
                      cfg.cpumanager_socket, " (recovered)" if recovered else "")  # fmt: skip
