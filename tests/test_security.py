@@ -295,3 +295,28 @@ def test_a_rank_that_is_no_descendant_of_the_leader_is_ignored(shared_node: CpuM
     leader.wait()
     wait_for(lambda: 7 not in c.partitions(), timeout=5, what="the job to end with its leader")
     c.close()
+
+
+def test_a_table_planted_by_a_user_is_not_adopted(tmp_path: Path) -> None:
+    """A node table that a user created under the manager's name while no manager ran (valid magic,
+    writable by that user) is removed, not recovered: the manager creates its own."""
+    nobody = pwd.getpwnam("nobody")
+    cm = CpuManagerProcess(tmp_path / "state")
+    path = Path("/dev/shm") / cm.cfg.shm_name.lstrip("/")
+    fake = L.Segment()
+    fake.header.magic, fake.header.version, fake.header.ncpus = L.MAGIC, L.VERSION, 2
+    fake.jobs[0].job_id, fake.jobs[0].state, fake.jobs[0].nranks, fake.jobs[0].uid = 9, L.JOB_RUNNING, 1, 0
+    path.write_bytes(bytes(fake))
+    os.chown(path, nobody.pw_uid, nobody.pw_gid)
+    path.chmod(0o666)
+    try:
+        cm.start()
+        st = path.stat()
+        assert (st.st_uid, oct(st.st_mode & 0o777)) == (0, "0o644")
+        c = cm.client()
+        assert c.status()["jobs"] == []  # the planted job was not taken over
+        c.close()
+        assert "no table of this manager: removing it" in cm.cfg.cpumanager_log.read_text()
+    finally:
+        cm.stop()
+        path.unlink(missing_ok=True)

@@ -9,7 +9,7 @@ import sys
 import time
 
 from vmsched.config import Config, ConfigError, format_cpu_list, load_config, parse_cpu_list
-from vmsched.cpumanager.manager import CpuManager, open_table
+from vmsched.cpumanager.manager import FAULTS_ENV, CpuManager, open_table, parse_faults
 from vmsched.cpumanager.table import TableError
 from vmsched.daemon import request_socket, serve_forever, setup_logging
 
@@ -52,7 +52,8 @@ def main(argv: list[str] | None = None) -> int:
         }}  # fmt: skip
         cfg = load_config(args.config, args.state_dir, overrides)
         cpus, reserved = choose_cpus(cfg)
-    except ConfigError as e:
+        faults = parse_faults(os.environ.get(FAULTS_ENV))
+    except (ConfigError, ValueError) as e:
         print(f"vm-cpumanager: {e}", file=sys.stderr)
         return 2
     cfg.state_dir.mkdir(parents=True, exist_ok=True)
@@ -64,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     except TableError as e:
         log.error("%s", e)
         return 1
-    mgr = CpuManager(cfg, table, recovered)
+    mgr = CpuManager(cfg, table, recovered, faults)
     quantum = cfg.cpumanager.quantum_ms / 1000
     next_q = time.monotonic()
 
@@ -72,7 +73,10 @@ def main(argv: list[str] | None = None) -> int:
         nonlocal next_q
         now = time.monotonic()
         if now >= next_q:
-            mgr.reconcile()
+            try:
+                mgr.reconcile()
+            except Exception:  # a failing quantum is logged; the next one runs
+                log.exception("quantum %d failed", mgr.quanta)
             next_q += quantum
             if next_q < now:  # fell behind (e.g. the daemon was stopped): do not burst
                 next_q = now + quantum
@@ -86,11 +90,16 @@ def main(argv: list[str] | None = None) -> int:
                      format_cpu_list(cpus), reserved, cfg.cpumanager.quantum_ms, cfg.shm_name,
                      cfg.cpumanager_socket, " (recovered)" if recovered else "")  # fmt: skip
             serve_forever(sock, mgr.handlers(), tick, log)
-    finally:
-        log.info("shutting down: continuing stopped ranks, waking blocked ones, removing %s", cfg.shm_name)
-        mgr.shutdown()
-        table.unlink()
+    except BaseException:
+        # Not an orderly stop: keep the table and the job segments, so that a restarted manager
+        # recovers every job's partition instead of the node dropping to plain MPI.
+        log.exception("CPU manager failed; leaving %s for a restarted manager to recover", cfg.shm_name)
         table.close()
+        raise
+    log.info("shutting down: continuing stopped ranks, waking blocked ones, removing %s", cfg.shm_name)
+    mgr.shutdown()
+    table.unlink()
+    table.close()
     return 0
 
 

@@ -19,7 +19,15 @@ from vmsched.cpumanager import processes as proc
 from vmsched.cpumanager import shm_layout as L
 from vmsched.cpumanager.lbd import LbdParams, LbdState, lbd_step
 from vmsched.cpumanager.partition import AdmissionError, JobShape, minimum_partition, plan_partitions, rank_cpus
-from vmsched.cpumanager.table import JobSegmentFile, JobView, SharedTable, TableError, TableFull
+from vmsched.cpumanager.table import (
+    ForeignTable,
+    JobSegmentFile,
+    JobView,
+    SharedTable,
+    TableError,
+    TableFull,
+    remove_table,
+)
 from vmsched.proctrack import ExitWatcher
 from vmsched.protocol import Peer, ProtocolError, get_int, get_str
 
@@ -46,14 +54,45 @@ class _Rank:
 
 RankKey = tuple[int, int]  # (job id, rank)
 
+# Test-only fault injection, off unless this variable is set in the daemon's environment:
+# "handler=OP[,OP...];quantum=N[,N...]" makes those request handlers and those quanta raise.
+FAULTS_ENV = "VMSCHED_CPUMANAGER_FAULTS"
+
+
+class InjectedFault(RuntimeError):
+    """Raised where `Faults` says (tests of the daemon's fault boundaries)."""
+
+
+@dataclass(frozen=True)
+class Faults:
+    handlers: frozenset[str] = frozenset()
+    quanta: frozenset[int] = frozenset()
+
+
+def parse_faults(spec: str | None) -> Faults:
+    """`FAULTS_ENV`'s value; ValueError with a clear message when it is malformed."""
+    handlers: set[str] = set()
+    quanta: set[int] = set()
+    for part in filter(None, (p.strip() for p in (spec or "").split(";"))):
+        key, _, values = part.partition("=")
+        items = [v.strip() for v in values.split(",") if v.strip()]
+        if key.strip() == "handler" and items:
+            handlers.update(items)
+        elif key.strip() == "quantum" and items and all(v.isdigit() for v in items):
+            quanta.update(int(v) for v in items)
+        else:
+            raise ValueError(f"{FAULTS_ENV}: cannot parse {part!r} (want handler=OP,... or quantum=N,...)")
+    return Faults(frozenset(handlers), frozenset(quanta))
+
 
 def _wkey(key: RankKey) -> tuple[str, int, int]:
     return ("rank", *key)
 
 
 class CpuManager:
-    def __init__(self, cfg: Config, table: SharedTable, recovered: bool) -> None:
+    def __init__(self, cfg: Config, table: SharedTable, recovered: bool, faults: Faults | None = None) -> None:
         self.cfg = cfg
+        self.faults = faults or Faults()
         self.table = table
         self.cpus = table.managed_cpus()
         cm = cfg.cpumanager
@@ -97,12 +136,29 @@ class CpuManager:
 
     # -- request handlers ------------------------------------------------------------------------
     def handlers(self) -> dict[str, Any]:
-        return {
+        plain = {
             "admit": self.admit, "release": self.release, "queue_state": self.queue_state,
             "status": self.status, "free": self.free, "register": self.register, "forget": self.forget,
             "suspend": self.suspend, "resume": self.resume, "set_mpl": self.set_mpl,
             "set_leader": self.set_leader, "ping": lambda m: {"pid": self.table.header.manager_pid},
         }  # fmt: skip
+        return {op: self._boundary(op, fn) for op, fn in plain.items()}
+
+    def _boundary(self, op: str, fn: Any) -> Any:
+        """A failing handler becomes an error reply and a logged traceback, never the daemon's end."""
+
+        def handle(msg: dict[str, Any]) -> dict[str, Any]:
+            try:
+                if op in self.faults.handlers:
+                    raise InjectedFault(f"injected fault in handler {op!r}")
+                return fn(msg)
+            except ProtocolError:
+                raise
+            except Exception as e:
+                log.exception("request %r failed", op)
+                raise ProtocolError(f"internal error in {op!r}: {e}") from None
+
+        return handle
 
     @staticmethod
     def _peer_uid(msg: dict[str, Any]) -> int:
@@ -329,6 +385,8 @@ class CpuManager:
         self.quanta += 1
         with self.table.locked():
             self.table.set_heartbeat(self.quanta)
+        if self.quanta in self.faults.quanta:
+            raise InjectedFault(f"injected fault in quantum {self.quanta}")
         # Exits, learnt from pidfds.
         ended_jobs: set[int] = set()
         for key in self.exits.exited():
@@ -571,7 +629,10 @@ def open_table(cfg: Config, cpus: tuple[int, ...]) -> tuple[SharedTable, bool]:
     """Attach to a table left by a dead manager (recovery) or create a new one."""
     try:
         t = SharedTable.attach(cfg.shm_name, cfg.lock_name)
-    except TableError:
+    except TableError as e:
+        if isinstance(e, ForeignTable):  # planted by a user while no manager ran: never adopt it
+            log.warning("%s: removing it", e)
+            remove_table(cfg.shm_name, cfg.lock_name)
         quantum_us = int(cfg.cpumanager.quantum_ms * 1000)
         return SharedTable.create(cfg.shm_name, cfg.lock_name, cpus, quantum_us), False
     pid = t.header.manager_pid

@@ -28,7 +28,7 @@ MAX_RANKS = 1024  # ranks of one job (slots of a job segment)
 NAME_LEN = 64  # bytes of a job segment's name, NUL included
 
 # Protocol constants shared with the runtime (generated into the C header).
-WAKE_RUN = 1  # rank.wake: the rank holds a token (or must stop waiting); 0: it may sleep
+WAKE_WAIT, WAKE_RUN = 0, 1  # rank.wake (a futex word): may sleep / holds a token (or must stop waiting)
 LOCK_TIMEOUT_S = 1  # a lock held longer than this is taken to be stale (its holder died)
 WAKE_MS = 100  # a sleeping rank re-checks the manager, its job and dead token holders this often
 
@@ -213,6 +213,7 @@ def c_header() -> str:
         f"#define VM_MAX_RANKS {MAX_RANKS}",
         f"#define VM_JOB_MAGIC 0x{JOB_MAGIC:016X}ULL",
         f"#define VM_NAME_LEN {NAME_LEN}",
+        f"#define VM_WAKE_WAIT {WAKE_WAIT}",
         f"#define VM_WAKE_RUN {WAKE_RUN}",
         f"#define VM_LOCK_TIMEOUT_S {LOCK_TIMEOUT_S}",
         f"#define VM_WAKE_MS {WAKE_MS}",

@@ -31,6 +31,10 @@ class TableError(RuntimeError):
     """The table cannot be created, attached or updated; the message says why."""
 
 
+class ForeignTable(TableError):
+    """A segment under the table's name that this process did not create (another user's forgery)."""
+
+
 class TableFull(TableError):
     """A fixed capacity of the layout is exhausted."""
 
@@ -116,7 +120,12 @@ class SharedTable:
         except posix_ipc.ExistentialError:
             pass
         # The manager's own lock (no rank takes it): nobody else may hold it and stall the manager.
-        lock = posix_ipc.Semaphore(lock_name, posix_ipc.O_CREAT, mode=0o600, initial_value=1)
+        try:  # exclusive: a semaphore someone slipped in after the unlink is refused, never used
+            lock = posix_ipc.Semaphore(lock_name, posix_ipc.O_CREX, mode=0o600, initial_value=1)
+        except posix_ipc.ExistentialError:
+            mm.close()
+            posix_ipc.unlink_shared_memory(shm_name)
+            raise TableError(f"table lock {lock_name} was created by someone else meanwhile") from None
         t = cls(shm_name, lock_name, mm, lock)
         h = t.seg.header
         h.version, h.header_size = L.VERSION, C.sizeof(L.Header)
@@ -136,6 +145,11 @@ class SharedTable:
             shm = posix_ipc.SharedMemory(shm_name)
         except posix_ipc.ExistentialError:
             raise TableError(f"no shared memory {shm_name} (is the CPU manager running?)") from None
+        st = os.fstat(shm.fd)
+        if st.st_uid != os.geteuid() or st.st_mode & 0o022:
+            shm.close_fd()
+            raise ForeignTable(f"shared memory {shm_name} belongs to uid {st.st_uid} with mode "
+                               f"{oct(st.st_mode & 0o777)}; it is no table of this manager")  # fmt: skip
         if shm.size < L.segment_size():
             shm.close_fd()
             raise TableError(f"shared memory {shm_name} is {shm.size} bytes, expected {L.segment_size()}")

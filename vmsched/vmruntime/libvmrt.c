@@ -12,8 +12,9 @@
  * only the job's user can open (docs/security.md). No rank takes a lock of the node table.
  *
  * Blocking. A rank whose operation cannot complete hands its token to the next rank, sets its own
- * wake word to 0 and state to WAITING (still under the lock), and sleeps in FUTEX_WAIT(wake, 0). The
- * giver of a token sets the receiver's wake to 1 before FUTEX_WAKE, so a wake-up cannot be lost. The
+ * wake word to VM_WAKE_WAIT and state to WAITING (still under the lock), and sleeps in
+ * FUTEX_WAIT(wake, VM_WAKE_WAIT). The giver of a token sets the receiver's wake to VM_WAKE_RUN before
+ * FUTEX_WAKE, so a wake-up cannot be lost. The
  * wait has a timeout: a sleeping rank wakes every VM_WAKE_MS to check the manager, its job and the
  * holders of the tokens (a dead holder's token is reclaimed).
  *
@@ -445,15 +446,15 @@ void vm_generation_changed(void) {
 /* Sleep until our wake word says we hold a token (or control ends). */
 static void block(void) {
     for (;;) {
-        if (__atomic_load_n(&vm.me->wake, __ATOMIC_ACQUIRE)) break;
-        int rc = futex_wait(&vm.me->wake, 0, VM_WAKE_MS);
+        if (__atomic_load_n(&vm.me->wake, __ATOMIC_ACQUIRE) != VM_WAKE_WAIT) break;
+        int rc = futex_wait(&vm.me->wake, VM_WAKE_WAIT, VM_WAKE_MS);
         int err = rc == -1 ? errno : 0;
         if (!world_ok()) return;
         if (err == ETIMEDOUT) {
             check_manager();
             if (vm.mode == VM_OFF) return;
         }
-        if (__atomic_load_n(&vm.me->wake, __ATOMIC_ACQUIRE)) break;
+        if (__atomic_load_n(&vm.me->wake, __ATOMIC_ACQUIRE) != VM_WAKE_WAIT) break;
         /* Woken by the manager (new generation) or a timeout: look around under the lock. */
         job_lock();
         sync_tokens();
@@ -470,7 +471,7 @@ static void block(void) {
 /* Mark ourselves waiting (lock held) and sleep; returns holding a token or out of control. */
 static void wait_locked(int waiting_for) {
     vm.me->waiting_for = waiting_for;
-    __atomic_store_n(&vm.me->wake, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&vm.me->wake, VM_WAKE_WAIT, __ATOMIC_RELAXED);
     __atomic_store_n(&vm.me->state, VM_RANK_WAITING, __ATOMIC_RELEASE);
     job_unlock();
     vm.me->ctx_switches++;
@@ -873,7 +874,7 @@ void vm_init(void) {
     vm_rank *me = &vm.rt->ranks[vm.rank];
     memset(me, 0, sizeof *me);
     me->job_id = vm.job_id, me->rank = vm.rank, me->pid = vm.pid;
-    me->job_slot = job_slot, me->cpu = sched_getcpu(), me->waiting_for = -1, me->wake = 0;
+    me->job_slot = job_slot, me->cpu = sched_getcpu(), me->waiting_for = -1, me->wake = VM_WAKE_WAIT;
     __atomic_store_n(&me->state, VM_RANK_RUNNING, __ATOMIC_RELEASE);
     me->mpi_calls = dummy_rank.mpi_calls;
     vm.me = me;
