@@ -31,6 +31,7 @@ import pytest
 from tests.conftest import CpuManagerProcess, vmsched_shm_entries, wait_for
 from tests.launcher_harness import send_app, vmapp_result
 from vmsched.cpumanager import shm_layout as L
+from vmsched.cpumanager.manager import MAX_LOGGED_REFUSALS
 from vmsched.vmruntime.testing import end_job, rank_pids, vmrun_cmd
 
 
@@ -107,6 +108,13 @@ def _attacker_loop(inp: TextIO, out: TextIO) -> None:
             _forge(path, legit, child.pid)
             _forge(path, legit + 1, -7, state=99, rank_field=123456)  # garbage
             ans["child"], ans["legit_rank"] = child.pid, legit
+        elif op == "flood":  # a new pid in a slot again and again: checks and log lines it may cost
+            path = _job_segment(cmd["shm"], cmd["job"])
+            for i in range(cmd["n"]):
+                pids = cmd["pids"]
+                _forge(path, cmd["rank"], pids[i % len(pids)] if i % 3 else 4_000_000 - i)
+                time.sleep(0.002)
+            ans["done"] = cmd["n"]
         elif op == "truncate":
             path = _job_segment(cmd["shm"], cmd["job"])
             os.truncate(path, 0)
@@ -236,6 +244,15 @@ def test_second_user_cannot_steer_the_manager_or_touch_another_job(shared_node: 
         assert f"job 42 rank 0: ignoring pid {victim_pid_root}" in log
         assert f"job 42 rank 1: ignoring pid {root_rank}" in log
         assert f"rank {legit_rank}: ignoring" not in log
+        # A flood of forged pids costs a bounded number of log lines (and of checks per quantum).
+        quanta = c.status()["quanta"]
+        flood = attacker.do("flood", shm=cfg.shm_name, job=42, rank=legit_rank + 1, n=400,
+                            pids=[victim_pid_root, root_rank])  # fmt: skip
+        assert flood["done"] == 400 and c.status()["quanta"] > quanta + 20
+        assert os.sched_getaffinity(victim_pid_root) == root_aff and proc_state(victim_pid_root) != "T"
+        log = cfg.cpumanager_log.read_text()
+        assert log.count("job 42 rank") <= MAX_LOGGED_REFUSALS
+        assert "further refusals for this job are not logged" in log
 
         # 3. The API, if the socket were open to users: every request about root's job or processes is refused.
         os.chmod(cfg.cpumanager_socket, 0o666)

@@ -38,6 +38,10 @@ HEURISTICS = {name: code for code, name in L.HEURISTIC_NAMES.items()}
 MAX_JOB_ID = 2**31 - 1
 MAX_RANKS_PER_JOB = L.MAX_RANKS
 MAX_UID = 2**32 - 2
+# A job's ranks choose what its segment says: bound what that can cost the manager per quantum
+# (process checks) and in its log (refusals).
+MAX_CHECKS_PER_QUANTUM = 64
+MAX_LOGGED_REFUSALS = 8
 
 
 @dataclass
@@ -104,6 +108,7 @@ class CpuManager:
         self.tracked: dict[int, np.ndarray] = {}  # job id -> pid verified for each rank, 0 none
         self.rejected: dict[int, np.ndarray] = {}  # job id -> pid refused for each rank (not checked again)
         self.verified: dict[int, int] = {}  # job id -> ranks verified so far
+        self.refusals: dict[int, int] = {}  # job id -> pids refused so far
         self.pinned_gen: dict[int, int] = {}  # job id -> generation its ranks were last pinned for
         self.changed_at: dict[int, int] = {}  # job id -> quantum of its last partition change
         self.exits = ExitWatcher()
@@ -319,7 +324,7 @@ class CpuManager:
             if t.pid == pid:
                 self._job({**msg, "job": key[0]})  # the requester may act on that job
                 self.segs[key[0]].mark_done(key[1], pid=t.pid)
-                self._drop_rank(key)
+                self._untrack(key)
                 return {"pid": pid}
         raise ProtocolError(f"process {pid} is not registered")
 
@@ -438,7 +443,8 @@ class CpuManager:
         pids[:n] = np.where(active, snap["pid"][:n], 0)
         for r in np.flatnonzero((tracked != 0) & (pids != tracked)).tolist():
             self._untrack((j.job_id, r))
-        for r in np.flatnonzero((pids > 0) & (pids != tracked) & (pids != rejected)).tolist():
+        new = np.flatnonzero((pids > 0) & (pids != tracked) & (pids != rejected))
+        for r in new[:MAX_CHECKS_PER_QUANTUM].tolist():  # the rest next quantum
             self._track(j, r, int(pids[r]))
 
     def _rank_exited(self, key: RankKey) -> None:
@@ -526,7 +532,10 @@ class CpuManager:
         if why is not None:
             self.exits.unwatch(_wkey(key))
             self.rejected[j.job_id][rank] = pid
-            log.warning("job %d rank %d: ignoring pid %d named in its job segment: %s", j.job_id, rank, pid, why)
+            n = self.refusals[j.job_id] = self.refusals.get(j.job_id, 0) + 1
+            if n <= MAX_LOGGED_REFUSALS:
+                log.warning("job %d rank %d: ignoring pid %d named in its job segment: %s%s", j.job_id, rank, pid,
+                            why, "; further refusals for this job are not logged" if n == MAX_LOGGED_REFUSALS else "")
             return
         self.ranks[key] = _Rank(pid, j.job_id, rank)
         self.tracked[j.job_id][rank] = pid
@@ -570,9 +579,6 @@ class CpuManager:
         for r in np.flatnonzero(snap["state"][:n] == L.RANK_WAITING).tolist():
             seg.wake(r)
 
-    def _drop_rank(self, key: RankKey) -> None:
-        self._untrack(key)
-
     def _release(self, j: JobView, why: str) -> None:
         self._signal_job(j, stop=False)
         with self.table.locked():
@@ -583,7 +589,7 @@ class CpuManager:
         if seg is not None:
             seg.unlink()  # the ranks keep their mapping; the name goes
             seg.close()
-        for d in (self.snaps, self.tracked, self.rejected, self.verified, self.lbd, self.pinned_gen):
+        for d in (self.snaps, self.tracked, self.rejected, self.verified, self.refusals, self.lbd, self.pinned_gen):
             d.pop(j.job_id, None)
         self.exits.unwatch(("leader", j.job_id))
         log.info("job %d %s; its CPUs %s are free", j.job_id, why, list(j.cpus))
