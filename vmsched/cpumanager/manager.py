@@ -28,7 +28,7 @@ from vmsched.cpumanager.table import (
     TableFull,
     remove_table,
 )
-from vmsched.proctrack import ExitWatcher
+from vmsched.proctrack import ExitWatcher, pidfd_alive
 from vmsched.protocol import Peer, ProtocolError, get_int, get_str
 
 log = logging.getLogger("vm-cpumanager")
@@ -51,6 +51,7 @@ class _Rank:
     pid: int
     job_id: int
     rank: int
+    pidfd: int  # owned by the manager's ExitWatcher, closed when the rank is untracked
     pinned: tuple[int, ...] = ()
     stopped: bool = False  # the manager sent SIGSTOP and owes a SIGCONT
     user_time_us: int = 0
@@ -421,7 +422,7 @@ class CpuManager:
                 t.pinned = ()
                 self._pin(key, jobs[t.job_id])
                 u = proc.user_time_us(t.pid)
-                if u is not None and self.exits.alive(_wkey(key)):  # read, then confirm it was still that process
+                if u is not None and pidfd_alive(t.pidfd):  # read, then confirm it was still that process
                     t.user_time_us = u
         for job_id in list(self.lbd):
             if job_id in jobs:
@@ -537,7 +538,7 @@ class CpuManager:
                 log.warning("job %d rank %d: ignoring pid %d named in its job segment: %s%s", j.job_id, rank, pid,
                             why, "; further refusals for this job are not logged" if n == MAX_LOGGED_REFUSALS else "")
             return
-        self.ranks[key] = _Rank(pid, j.job_id, rank)
+        self.ranks[key] = _Rank(pid, j.job_id, rank, self.exits.pidfd(_wkey(key)) or -1)
         self.tracked[j.job_id][rank] = pid
         self.verified[j.job_id] += 1
         with self.table.locked():
@@ -566,8 +567,8 @@ class CpuManager:
         # spinning ranks never share a CPU while another one idles.
         own = j.queue == L.QUEUE_LOCAL or len(j.cpus) >= j.nranks
         target = rank_cpus(t.rank, j.cpus, local_queues=own)
-        # alive() right before the call: the pid still names the verified process.
-        if target and t.pinned != target and self.exits.alive(_wkey(key)) and proc.set_affinity(t.pid, target):
+        # The pidfd's check right before the call: the pid still names the verified process.
+        if target and t.pinned != target and pidfd_alive(t.pidfd) and proc.set_affinity(t.pid, target):
             t.pinned = target
 
     def _wake_job(self, job: JobView) -> None:
