@@ -23,13 +23,18 @@ def pid_alive_cmd(pid: int, needle: str) -> bool:
         return False
 
 
-def pidfd_alive(fd: int) -> bool:
-    """Signal 0 through a pidfd: its process is not yet reaped (so its pid is still its own)."""
+def pidfd_signal(fd: int, sig: int) -> bool:
+    """Signal the process of a pidfd (never a process that reused its pid); False if it is gone."""
     try:
-        signal.pidfd_send_signal(fd, 0)
+        signal.pidfd_send_signal(fd, sig)
         return True
     except OSError:
         return False
+
+
+def pidfd_alive(fd: int) -> bool:
+    """Signal 0 through a pidfd: its process is not yet reaped (so its pid is still its own)."""
+    return pidfd_signal(fd, 0)
 
 
 class ExitWatcher:
@@ -75,14 +80,8 @@ class ExitWatcher:
 
     def send_signal(self, key: Hashable, sig: int) -> bool:
         """Signal the watched process through its pidfd (never a process that reused its pid)."""
-        old = self._fds.get(key)
-        if old is None:
-            return False
-        try:
-            signal.pidfd_send_signal(old[1], sig)
-            return True
-        except (ProcessLookupError, PermissionError, OSError):
-            return False
+        fd = self.pidfd(key)
+        return fd is not None and pidfd_signal(fd, sig)
 
     def pidfd(self, key: Hashable) -> int | None:
         """The pidfd watched under `key` (valid until `unwatch(key)`)."""

@@ -572,13 +572,14 @@ class CpuManager:
             t.pinned = target
 
     def _wake_job(self, job: JobView) -> None:
-        """Wake the job's blocked ranks so they see a new partition now (futex words in its segment)."""
+        """Wake the job's blocked, verified ranks so they see a new partition now (futex words in its
+        segment; the others notice within the runtime's WAKE_MS)."""
         seg, snap = self.segs.get(job.job_id), self.snaps.get(job.job_id)
         if seg is None or snap is None:
             return
-        n = min(len(snap), seg.nranks)
-        for r in np.flatnonzero(snap["state"][:n] == L.RANK_WAITING).tolist():
-            seg.wake(r)
+        for _, r in (k for k in self.ranks if k[0] == job.job_id):
+            if r < len(snap) and snap["state"][r] == L.RANK_WAITING:
+                seg.wake(r)
 
     def _release(self, j: JobView, why: str) -> None:
         self._signal_job(j, stop=False)
