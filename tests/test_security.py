@@ -74,7 +74,7 @@ def _attacker_loop(inp: TextIO, out: TextIO) -> None:
     """What the second user does: one JSON command per line in, one JSON answer per line out."""
     from vmsched.protocol import Client, ProtocolError
 
-    child = None
+    child = other = None
     for line in inp:
         cmd = json.loads(line)
         op, ans = cmd["op"], {}
@@ -115,6 +115,13 @@ def _attacker_loop(inp: TextIO, out: TextIO) -> None:
                 _forge(path, cmd["rank"], pids[i % len(pids)] if i % 3 else 4_000_000 - i)
                 time.sleep(0.002)
             ans["done"] = cmd["n"]
+        elif op == "evade":  # take our rank out of the manager's hands: slot done, then another process in it
+            path = _job_segment(cmd["shm"], cmd["job"])
+            _forge(path, cmd["rank"], child.pid, state=L.RANK_DONE)
+            time.sleep(0.2)
+            other = subprocess.Popen(["sleep", "120"])
+            _forge(path, cmd["rank"], other.pid)
+            ans["other"] = other.pid
         elif op == "truncate":
             path = _job_segment(cmd["shm"], cmd["job"])
             os.truncate(path, 0)
@@ -123,9 +130,10 @@ def _attacker_loop(inp: TextIO, out: TextIO) -> None:
             break
         out.write(json.dumps(ans) + "\n")
         out.flush()
-    if child:
-        child.kill()
-        child.wait()
+    for p in (child, other):
+        if p:
+            p.kill()
+            p.wait()
 
 
 class Attacker:
@@ -244,6 +252,15 @@ def test_second_user_cannot_steer_the_manager_or_touch_another_job(shared_node: 
         assert f"job 42 rank 0: ignoring pid {victim_pid_root}" in log
         assert f"job 42 rank 1: ignoring pid {root_rank}" in log
         assert f"rank {legit_rank}: ignoring" not in log
+        # Rewriting its slot does not take a verified process out of the manager's hands (e.g. to
+        # escape a suspension and keep running on CPUs given to others): both processes are stopped.
+        other = attacker.do("evade", shm=cfg.shm_name, job=42, rank=legit_rank)["other"]
+        wait_for(lambda: any(r["pid"] == other for j in c.status()["jobs"] if j["job"] == 42 for r in j["ranks"]),
+                 timeout=10, what="the new process in the slot verified")  # fmt: skip
+        c.suspend(42)
+        wait_for(lambda: proc_state(legit) == "T" and proc_state(other) == "T", timeout=5, what="both stopped")
+        c.resume(42)
+        wait_for(lambda: proc_state(legit) != "T" and proc_state(other) != "T", timeout=5, what="both continued")
         # A flood of forged pids costs a bounded number of log lines (and of checks per quantum).
         quanta = c.status()["quanta"]
         flood = attacker.do("flood", shm=cfg.shm_name, job=42, rank=legit_rank + 1, n=400,

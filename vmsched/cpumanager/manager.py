@@ -46,18 +46,20 @@ MAX_LOGGED_REFUSALS = 8
 
 @dataclass
 class _Rank:
-    """A rank the manager has verified (owner and ancestry), by (job id, rank); its pidfd is in `exits`."""
+    """A process the manager has verified (owner and ancestry) as a rank of a job, by (job id, pid).
+    It stays managed until it exits or its job ends, whatever its slot says later: a job cannot
+    take its processes out of the manager's hands (e.g. to escape a suspension) by rewriting slots."""
 
     pid: int
     job_id: int
-    rank: int
+    rank: int  # the slot it was verified from (its MPI rank)
     pidfd: int  # owned by the manager's ExitWatcher, closed when the rank is untracked
     pinned: tuple[int, ...] = ()
     stopped: bool = False  # the manager sent SIGSTOP and owes a SIGCONT
     user_time_us: int = 0
 
 
-RankKey = tuple[int, int]  # (job id, rank)
+RankKey = tuple[int, int]  # (job id, pid)
 
 # Test-only fault injection, off unless this variable is set in the daemon's environment:
 # "handler=OP[,OP...];quantum=N[,N...]" makes those request handlers and those quanta raise.
@@ -106,7 +108,7 @@ class CpuManager:
         self.ranks: dict[RankKey, _Rank] = {}
         self.segs: dict[int, JobSegmentFile] = {}  # job id -> its job segment
         self.snaps: dict[int, np.ndarray] = {}  # job id -> last copy of its rank slots (untrusted)
-        self.tracked: dict[int, np.ndarray] = {}  # job id -> pid verified for each rank, 0 none
+        self.tracked: dict[int, np.ndarray] = {}  # job id -> verified pid each slot names now, 0 none
         self.rejected: dict[int, np.ndarray] = {}  # job id -> pid refused for each rank (not checked again)
         self.verified: dict[int, int] = {}  # job id -> ranks verified so far
         self.refusals: dict[int, int] = {}  # job id -> pids refused so far
@@ -315,7 +317,7 @@ class CpuManager:
         seg.write_rank(rank, pid, L.RFLAG_EXTERNAL)
         self.rejected[job.job_id][rank] = 0
         self._scan(job)
-        if (job.job_id, rank) not in self.ranks:
+        if self.tracked[job.job_id][rank] != pid:
             raise ProtocolError(f"process {pid} could not be verified")
         return {"job": job.job_id, "rank": rank, "slot": rank}
 
@@ -324,7 +326,7 @@ class CpuManager:
         for key, t in list(self.ranks.items()):
             if t.pid == pid:
                 self._job({**msg, "job": key[0]})  # the requester may act on that job
-                self.segs[key[0]].mark_done(key[1], pid=t.pid)
+                self.segs[key[0]].mark_done(t.rank, pid=t.pid)
                 self._untrack(key)
                 return {"pid": pid}
         raise ProtocolError(f"process {pid} is not registered")
@@ -418,7 +420,7 @@ class CpuManager:
             if self.pinned_gen.get(j.job_id) != j.generation:
                 self._pin_job(j)
         for key, t in list(self.ranks.items()):
-            if (key[1] + key[0]) % period == phase and t.job_id in jobs:
+            if (t.rank + key[0]) % period == phase and t.job_id in jobs:
                 t.pinned = ()
                 self._pin(key, jobs[t.job_id])
                 u = proc.user_time_us(t.pid)
@@ -430,7 +432,8 @@ class CpuManager:
 
     def _scan(self, j: JobView) -> None:
         """Read the job's rank slots (an untrusted copy) and follow what changed: verify pids not seen
-        before, forget ranks whose slot is done, free or names another pid."""
+        before. A slot that is done, free or names another pid no longer names its process, but the
+        process stays managed until it exits."""
         seg = self.segs.get(j.job_id)
         if seg is None:
             return
@@ -442,8 +445,7 @@ class CpuManager:
         states = snap["state"][:n]
         active = (states == L.RANK_RUNNING) | (states == L.RANK_WAITING)
         pids[:n] = np.where(active, snap["pid"][:n], 0)
-        for r in np.flatnonzero((tracked != 0) & (pids != tracked)).tolist():
-            self._untrack((j.job_id, r))
+        tracked[(tracked != 0) & (pids != tracked)] = 0
         new = np.flatnonzero((pids > 0) & (pids != tracked) & (pids != rejected))
         for r in new[:MAX_CHECKS_PER_QUANTUM].tolist():  # the rest next quantum
             self._track(j, r, int(pids[r]))
@@ -454,14 +456,15 @@ class CpuManager:
         t = self.ranks.get(key)
         seg = self.segs.get(key[0])
         if t is not None and seg is not None:
-            seg.mark_done(key[1], pid=t.pid)
+            seg.mark_done(t.rank, pid=t.pid)
         self._untrack(key)
 
     def _lbd(self, j: JobView) -> None:
-        keys = sorted((k for k in self.ranks if k[0] == j.job_id), key=lambda k: k[1])
-        snap = self.snaps.get(j.job_id)
-        if not keys or snap is None:
+        tracked, snap = self.tracked.get(j.job_id), self.snaps.get(j.job_id)
+        slots = np.flatnonzero(tracked).tolist() if tracked is not None else []
+        if not slots or snap is None:
             return
+        keys = [(j.job_id, int(tracked[r])) for r in slots]
         state = self.lbd[j.job_id]
         user = None
         if state.wants_user_times(self.lbd_params):
@@ -470,7 +473,7 @@ class CpuManager:
                 t = proc.cpu_time_us(self.ranks[k].pid)
                 times.append(t if self.exits.alive(_wkey(k)) else None)
             user = None if None in times else [t / 1e6 for t in times]  # type: ignore[operator]
-        switches = [int(snap["ctx_switches"][k[1]]) if k[1] < len(snap) else 0 for k in keys]
+        switches = [int(snap["ctx_switches"][r]) if r < len(snap) else 0 for r in slots]
         new = lbd_step(state, switches, user, self.lbd_params)
         self.lbd[j.job_id] = new
         decided = new.phase == L.LBD_DECIDED
@@ -519,8 +522,11 @@ class CpuManager:
         """Start managing `pid` as rank `rank` of job `j` if it belongs to the job; else note the refusal.
         Order matters: the pidfd is opened first, the process checked, then the pidfd confirms that the
         checked process is still the one it refers to (a pid reused meanwhile fails that test)."""
-        key = (j.job_id, rank)
-        self._untrack(key)
+        key = (j.job_id, pid)
+        t = self.ranks.get(key)
+        if t is not None:  # verified already (its slot went away and came back): nothing to check
+            self.tracked[j.job_id][rank], t.rank = pid, rank
+            return
         why = None
         if not self.exits.watch(_wkey(key), pid):
             why = "no such process"
@@ -553,8 +559,8 @@ class CpuManager:
             self.exits.send_signal(_wkey(key), signal.SIGCONT)  # never leave a process stopped
         self.exits.unwatch(_wkey(key))
         tracked = self.tracked.get(key[0])
-        if tracked is not None and key[1] < len(tracked):
-            tracked[key[1]] = 0
+        if t is not None and tracked is not None and tracked[t.rank] == t.pid:
+            tracked[t.rank] = 0
 
     def _pin_job(self, j: JobView) -> None:
         for key in [k for k in self.ranks if k[0] == j.job_id]:
@@ -574,10 +580,10 @@ class CpuManager:
     def _wake_job(self, job: JobView) -> None:
         """Wake the job's blocked, verified ranks so they see a new partition now (futex words in its
         segment; the others notice within the runtime's WAKE_MS)."""
-        seg, snap = self.segs.get(job.job_id), self.snaps.get(job.job_id)
-        if seg is None or snap is None:
+        seg, snap, tracked = self.segs.get(job.job_id), self.snaps.get(job.job_id), self.tracked.get(job.job_id)
+        if seg is None or snap is None or tracked is None:
             return
-        for _, r in (k for k in self.ranks if k[0] == job.job_id):
+        for r in np.flatnonzero(tracked).tolist():
             if r < len(snap) and snap["state"][r] == L.RANK_WAITING:
                 seg.wake(r)
 
