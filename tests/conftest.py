@@ -10,11 +10,11 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import posix_ipc
 import pytest
 
 from vmsched.config import Config, load_config
 from vmsched.cpumanager.client import CpuManagerClient
+from vmsched.cpumanager.table import remove_table
 from vmsched.protocol import DaemonUnavailable
 
 BIN = Path(sys.executable).parent
@@ -86,12 +86,7 @@ class CpuManagerProcess:
             # Do not leak a hung daemon or its segment into the rest of the suite; fail loudly.
             self.proc.kill()
             self.proc.wait()
-            for name in (self.cfg.shm_name, self.cfg.lock_name):
-                for fn in (posix_ipc.unlink_shared_memory, posix_ipc.unlink_semaphore):
-                    try:
-                        fn(name)
-                    except posix_ipc.ExistentialError:
-                        pass
+            remove_table(self.cfg.shm_name, self.cfg.lock_name)
             pytest.fail("vm-cpumanager did not stop on SIGTERM within 10 s")
         finally:
             self.stderr.close()

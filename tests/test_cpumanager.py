@@ -216,6 +216,46 @@ def test_restart_after_sigkill_recovers_table(tmp_path, spawn):
     assert not any(cm2.cfg.instance in n for n in vmsched_shm_entries())
 
 
+def test_failing_requests_and_quanta_are_logged_and_the_daemon_goes_on(tmp_path, spawn):
+    """Test-only fault injection: two handlers and three quanta raise. Each failing request gets an
+    error reply, each failure is logged with its traceback, quanta go on, the job keeps its partition
+    and its ranks stay pinned; the table goes only at the orderly stop."""
+    env = {**os.environ, "VMSCHED_CPUMANAGER_FAULTS": "handler=free,set_mpl;quantum=20,21,40"}
+    cm = CpuManagerProcess(tmp_path / "s", env=env).start()
+    c = cm.client()
+    c.admit(1, nranks=2, max_mpl=2, queue="local")
+    a = sleepers(spawn, 2)
+    for r, p in enumerate(a):
+        c.register(1, r, p.pid)
+    assert affinities(a) == [{0}, {1}]
+    for call in (c.free, lambda: c.set_max_mpl(1, 1)):
+        with pytest.raises(ProtocolError, match="internal error in '(free|set_mpl)': injected fault"):
+            call()
+    wait_for(lambda: c.status()["quanta"] > 45, what="quanta to go on past the failing ones")
+    assert c.partitions() == {1: [0, 1]} and affinities(a) == [{0}, {1}]
+    # Still acting: a new job makes job 1 shrink and re-pins its ranks.
+    c.admit(2, nranks=1, max_mpl=1, queue="local")
+    assert c.partitions() == {1: [0], 2: [1]} and affinities(a) == [{0}, {0}]
+    log = cm.cfg.cpumanager_log.read_text()
+    for needle in ("request 'free' failed", "request 'set_mpl' failed", "quantum 20 failed", "quantum 21 failed",
+                   "quantum 40 failed", "Traceback", "InjectedFault: injected fault in quantum 40"):  # fmt: skip
+        assert needle in log, needle
+    assert "quantum 22 failed" not in log
+    assert cm.proc.poll() is None and cm.stop() == 0
+    assert not any(cm.cfg.instance in n for n in vmsched_shm_entries())
+
+
+def test_fault_injection_is_off_by_default_and_refuses_nonsense(tmp_path):
+    from vmsched.cpumanager.manager import Faults, parse_faults
+
+    assert parse_faults(None) == Faults() and parse_faults("") == Faults()
+    assert parse_faults("handler=a,b;quantum=3") == Faults(frozenset({"a", "b"}), frozenset({3}))
+    env = {**os.environ, "VMSCHED_CPUMANAGER_FAULTS": "quantum=soon"}
+    r = subprocess.run([str(BIN / "vm-cpumanager"), "--state-dir", str(tmp_path)], capture_output=True, text=True,
+                       env=env, timeout=30)  # fmt: skip
+    assert r.returncode == 2 and "cannot parse 'quantum=soon'" in r.stderr
+
+
 def test_second_manager_on_same_state_refuses(cpumanager):
     r = subprocess.run([str(BIN / "vm-cpumanager"), "--state-dir", str(cpumanager.state_dir), "--cpus", "0-1"],
                        capture_output=True, text=True, timeout=30)  # fmt: skip
@@ -256,19 +296,22 @@ def test_c_header_matches_ctypes_layout(tmp_path):
     (tmp_path / "vm_shm.h").write_text(L.c_header())
     lines = ["#include <stdio.h>", "#include <stddef.h>", '#include "vm_shm.h"', "int main(void) {"]
     expect = []
-    for struct, cname in ((L.Header, "vm_header"), (L.CpuEntry, "vm_cpu"), (L.JobEntry, "vm_job"),
-                          (L.RankEntry, "vm_rank"), (L.Segment, "vm_segment")):  # fmt: skip
+    for cname, struct in L.ALL_C_STRUCTS.items():
         lines.append(f'printf("%zu\\n", sizeof({cname}));')
         expect.append(__import__("ctypes").sizeof(struct))
         for name, _ in struct._fields_:
             lines.append(f'printf("%zu\\n", offsetof({cname}, {name}));')
             expect.append(getattr(struct, name).offset)
+    # The protocol constants too: generated from the same definition.
+    for name in ("WAKE_WAIT", "WAKE_RUN", "LOCK_TIMEOUT_S", "WAKE_MS", "MAX_RANKS", "NAME_LEN", "RANK_WAITING"):
+        lines.append(f'printf("%llu\\n", (unsigned long long)VM_{name});')
+        expect.append(getattr(L, name))
     lines.append("return 0; }")
     (tmp_path / "check.c").write_text("\n".join(lines))
     subprocess.run(["cc", "-o", str(tmp_path / "check"), str(tmp_path / "check.c")], check=True, timeout=60)
     out = subprocess.run([str(tmp_path / "check")], capture_output=True, text=True, check=True).stdout
     assert [int(x) for x in out.split()] == expect
-    assert L.segment_size() == expect[-len(L.Segment._fields_) - 1]
+    assert L.segment_size() == __import__("ctypes").sizeof(L.Segment)
 
 
 def test_table_full_and_attach_errors(tmp_path):
@@ -278,6 +321,13 @@ def test_table_full_and_attach_errors(tmp_path):
         SharedTable.attach("/vmsched.test-missing", "/vmsched.test-missing.lock")
     t = SharedTable.create("/vmsched.test-cap", "/vmsched.test-cap.lock", (0, 1), 10_000)
     try:
+        # Every write goes through the table's methods, under its lock.
+        with pytest.raises(TableError, match="without its lock"):
+            t.add_job(1, 1, 1, L.QUEUE_LOCAL, 0, 0, 0, lbd=False)
+        with pytest.raises(TableError, match="without its lock"):
+            t.set_queue_waiting(True)
+        assert oct(os.stat("/dev/shm/vmsched.test-cap").st_mode & 0o777) == "0o644"
+        assert oct(os.stat("/dev/shm/sem.vmsched.test-cap.lock").st_mode & 0o777) == "0o600"
         with t.locked():
             for i in range(L.MAX_JOBS):
                 t.add_job(i + 1, 1, 1, L.QUEUE_LOCAL, 0, 0, 0, lbd=False)

@@ -264,5 +264,9 @@ def test_launcher_job_of_another_user_from_the_wheel(installed: Installed) -> No
         ranks = read_stats(stats)
         assert sorted(s["rank"] for s in ranks) == [0, 1, 2, 3], ranks
         assert {s["job"] for s in ranks} == {job}
+        # As that user, the ranks opened their job's own segment and ran folded under the token protocol;
+        # the root manager verified each of them (none was ignored).
+        assert {s["mode"] for s in ranks} == {"ctl"}, ranks
+        assert "ignoring pid" not in node.cfg.cpumanager_log.read_text()
     finally:
         node.stop()

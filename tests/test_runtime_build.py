@@ -14,8 +14,7 @@ from vmsched.cpumanager import shm_layout as L
 from vmsched.vmruntime import build
 from vmsched.vmruntime.testing import compile_c_program, mpiexec, read_stats, selftest_cmd
 
-STRUCTS = {"vm_header": L.Header, "vm_cpu": L.CpuEntry, "vm_job": L.JobEntry, "vm_rank": L.RankEntry,
-           "vm_segment": L.Segment}  # fmt: skip
+STRUCTS = L.ALL_C_STRUCTS
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,7 @@ import time
 
 from vmsched.config import Config, ConfigError, format_cpu_list, load_config, parse_cpu_list
 from vmsched.cpumanager.exporter import CpuManagerCollector, quantum_histogram
-from vmsched.cpumanager.manager import CpuManager, open_table
+from vmsched.cpumanager.manager import FAULTS_ENV, CpuManager, open_table, parse_faults
 from vmsched.cpumanager.table import TableError
 from vmsched.daemon import request_socket, serve_forever
 from vmsched.exporter import open_endpoint
@@ -64,7 +64,8 @@ def main(argv: list[str] | None = None) -> int:
         }}  # fmt: skip
         cfg = load_config(args.config, args.state_dir, overrides)
         cpus, reserved = choose_cpus(cfg)
-    except ConfigError as e:
+        faults = parse_faults(os.environ.get(FAULTS_ENV))
+    except (ConfigError, ValueError) as e:
         print(f"vm-cpumanager: {e}", file=sys.stderr)
         return 2
     cfg.state_dir.mkdir(parents=True, exist_ok=True)
@@ -82,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     except TableError as e:
         log.error("%s", e)
         return 1
-    mgr = CpuManager(cfg, table, recovered)
+    mgr = CpuManager(cfg, table, recovered, faults)
     quantum = cfg.cpumanager.quantum_ms / 1000
     quantum_cost = quantum_histogram()
     if metrics is not None:
@@ -94,7 +95,10 @@ def main(argv: list[str] | None = None) -> int:
         now = time.monotonic()
         if now >= next_q:
             t0 = time.perf_counter()
-            mgr.reconcile()
+            try:
+                mgr.reconcile()
+            except Exception:  # a failing quantum is logged; the next one runs
+                log.exception("quantum %d failed", mgr.quanta)
             quantum_cost.observe(time.perf_counter() - t0)
             next_q += quantum
             if next_q < now:  # fell behind (e.g. the daemon was stopped): do not burst
@@ -103,20 +107,30 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         with request_socket(cfg.cpumanager_socket) as sock:
+            # Root's launcher and administrators only (the handlers check SO_PEERCRED as well).
+            os.chmod(cfg.cpumanager_socket, 0o600)
             event(log, "ready", cpus=format_cpu_list(cpus), reserved=reserved, quantum_ms=cfg.cpumanager.quantum_ms,
                   shm=cfg.shm_name, socket=cfg.cpumanager_socket, recovered=recovered,
                   metrics=metrics and metrics.address)  # fmt: skip
             # The socket is bound (requests queue until the loop serves them) and the table is there.
             notifier.ready(("recovered the table; " if recovered else "") + status_line(mgr))
             serve_forever(sock, mgr.handlers(), tick, log, notifier, lambda: status_line(mgr))
-    finally:
-        event(log, "stop", reason="continuing stopped ranks, waking blocked ones, removing the table", shm=cfg.shm_name)
+    except BaseException:
+        # Not an orderly stop: keep the table and the job segments, so that a restarted manager
+        # recovers every job's partition instead of the node dropping to plain MPI.
+        log.exception("CPU manager failed; leaving %s for a restarted manager to recover", cfg.shm_name)
         if metrics is not None:
             metrics.close()
-        mgr.shutdown()
-        table.unlink()
-        table.close()
         notifier.close()
+        table.close()
+        raise
+    event(log, "stop", reason="continuing stopped ranks, waking blocked ones, removing the table", shm=cfg.shm_name)
+    if metrics is not None:
+        metrics.close()
+    mgr.shutdown()
+    table.unlink()
+    table.close()
+    notifier.close()
     return 0
 
 

@@ -6,49 +6,113 @@ It reads the shared table, calls the pure functions (`partition`, `lbd`) and app
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import os
 import signal
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from vmsched.config import Config
 from vmsched.cpumanager import processes as proc
 from vmsched.cpumanager import shm_layout as L
 from vmsched.cpumanager.lbd import LbdParams, LbdState, lbd_step
 from vmsched.cpumanager.partition import AdmissionError, JobShape, minimum_partition, plan_partitions, rank_cpus
-from vmsched.cpumanager.table import JobView, SharedTable, TableError, TableFull
+from vmsched.cpumanager.table import (
+    ForeignTable,
+    JobSegmentFile,
+    JobView,
+    SharedTable,
+    TableError,
+    TableFull,
+    remove_table,
+)
 from vmsched.logs import event
-from vmsched.proctrack import ExitWatcher
-from vmsched.protocol import ProtocolError, get_int, get_str
+from vmsched.proctrack import ExitWatcher, pidfd_alive
+from vmsched.protocol import Peer, ProtocolError, get_int, get_str
 
 log = logging.getLogger("vm-cpumanager")
 
 QUEUE_MODES = ("lbd", "local", "global")
 HEURISTICS = {name: code for code, name in L.HEURISTIC_NAMES.items()}
 MAX_JOB_ID = 2**31 - 1
-MAX_RANKS_PER_JOB = 1024
+MAX_RANKS_PER_JOB = L.MAX_RANKS
+MAX_UID = 2**32 - 2
+# A job's ranks choose what its segment says: bound what that can cost the manager per quantum
+# (process checks) and in its log (refusals).
+MAX_CHECKS_PER_QUANTUM = 64
+MAX_LOGGED_REFUSALS = 8
 
 
 @dataclass
 class _Rank:
-    """What the manager remembers about a registered rank outside the shared table."""
+    """A process the manager has verified (owner and ancestry) as a rank of a job, by (job id, pid).
+    It stays managed until it exits or its job ends, whatever its slot says later: a job cannot
+    take its processes out of the manager's hands (e.g. to escape a suspension) by rewriting slots."""
 
     pid: int
     job_id: int
+    rank: int  # the slot it was verified from (its MPI rank)
+    pidfd: int  # owned by the manager's ExitWatcher, closed when the rank is untracked
     pinned: tuple[int, ...] = ()
+    stopped: bool = False  # the manager sent SIGSTOP and owes a SIGCONT
+    user_time_us: int = 0
+
+
+RankKey = tuple[int, int]  # (job id, pid)
+
+# Test-only fault injection, off unless this variable is set in the daemon's environment:
+# "handler=OP[,OP...];quantum=N[,N...]" makes those request handlers and those quanta raise.
+FAULTS_ENV = "VMSCHED_CPUMANAGER_FAULTS"
+
+
+class InjectedFault(RuntimeError):
+    """Raised where `Faults` says (tests of the daemon's fault boundaries)."""
+
+
+@dataclass(frozen=True)
+class Faults:
+    handlers: frozenset[str] = frozenset()
+    quanta: frozenset[int] = frozenset()
+
+
+def parse_faults(spec: str | None) -> Faults:
+    """`FAULTS_ENV`'s value; ValueError with a clear message when it is malformed."""
+    handlers: set[str] = set()
+    quanta: set[int] = set()
+    for part in filter(None, (p.strip() for p in (spec or "").split(";"))):
+        key, _, values = part.partition("=")
+        items = [v.strip() for v in values.split(",") if v.strip()]
+        if key.strip() == "handler" and items:
+            handlers.update(items)
+        elif key.strip() == "quantum" and items and all(v.isdigit() for v in items):
+            quanta.update(int(v) for v in items)
+        else:
+            raise ValueError(f"{FAULTS_ENV}: cannot parse {part!r} (want handler=OP,... or quantum=N,...)")
+    return Faults(frozenset(handlers), frozenset(quanta))
+
+
+def _wkey(key: RankKey) -> tuple[str, int, int]:
+    return ("rank", *key)
 
 
 class CpuManager:
-    def __init__(self, cfg: Config, table: SharedTable, recovered: bool) -> None:
+    def __init__(self, cfg: Config, table: SharedTable, recovered: bool, faults: Faults | None = None) -> None:
         self.cfg = cfg
+        self.faults = faults or Faults()
         self.table = table
         self.cpus = table.managed_cpus()
         cm = cfg.cpumanager
         self.lbd_params = LbdParams(cm.lbd_threshold, cm.lbd_stable_change, cm.lbd_stable_quanta, cm.lbd_ip_quanta)
         self.lbd: dict[int, LbdState] = {}
-        self.ranks: dict[int, _Rank] = {}  # by rank slot
+        self.ranks: dict[RankKey, _Rank] = {}
+        self.segs: dict[int, JobSegmentFile] = {}  # job id -> its job segment
+        self.snaps: dict[int, np.ndarray] = {}  # job id -> last copy of its rank slots (untrusted)
+        self.tracked: dict[int, np.ndarray] = {}  # job id -> verified pid each slot names now, 0 none
+        self.rejected: dict[int, np.ndarray] = {}  # job id -> pid refused for each rank (not checked again)
+        self.verified: dict[int, int] = {}  # job id -> ranks verified so far
+        self.refusals: dict[int, int] = {}  # job id -> pids refused so far
         self.pinned_gen: dict[int, int] = {}  # job id -> generation its ranks were last pinned for
         self.changed_at: dict[int, int] = {}  # job id -> quantum of its last partition change
         self.exits = ExitWatcher()
@@ -60,30 +124,84 @@ class CpuManager:
 
     # -- startup ---------------------------------------------------------------------------------
     def _recover(self) -> None:
-        """Take over a table left by a manager that died: keep jobs, partitions and pins as found."""
+        """Take over a table left by a manager that died: keep jobs, partitions and pins as found;
+        ranks are verified afresh from their job segments."""
         for j in self.table.jobs():
+            try:
+                self._add_seg(j.job_id, j.nranks, JobSegmentFile.open(j.rt_name, j.nranks, j.uid))
+            except (OSError, TableError) as e:
+                log.warning("job %d: its job segment cannot be reopened (%s); its ranks run unmanaged", j.job_id, e)
             if j.lbd_phase in (L.LBD_MEASURING, L.LBD_STABLE):
                 self.lbd[j.job_id] = LbdState()  # measurement restarts; decided jobs keep their queue
             if j.leader_pid and not self.exits.watch(("leader", j.job_id), j.leader_pid):
                 event(log, "leader_gone", job=j.job_id, pid=j.leader_pid, reason="ended while no manager ran")
-        self.table.header.manager_pid = os.getpid()
-        event(log, "recover", jobs=len(self.table.jobs()), ranks=len(self.table.rank_slots()))
+        with self.table.locked():
+            self.table.set_manager_pid(os.getpid())
+        event(log, "recover", jobs=len(self.table.jobs()))
+
+    def _add_seg(self, job_id: int, nranks: int, seg: JobSegmentFile) -> None:
+        self.segs[job_id] = seg
+        self.tracked[job_id] = np.zeros(nranks, dtype=np.int64)
+        self.rejected[job_id] = np.zeros(nranks, dtype=np.int64)
+        self.verified[job_id] = 0
 
     # -- request handlers ------------------------------------------------------------------------
     def handlers(self) -> dict[str, Any]:
-        return {
+        plain = {
             "admit": self.admit, "release": self.release, "queue_state": self.queue_state,
             "status": self.status, "free": self.free, "register": self.register, "forget": self.forget,
             "suspend": self.suspend, "resume": self.resume, "set_mpl": self.set_mpl,
             "set_leader": self.set_leader, "ping": lambda m: {"pid": self.table.header.manager_pid},
         }  # fmt: skip
+        return {op: self._boundary(op, fn) for op, fn in plain.items()}
+
+    def _boundary(self, op: str, fn: Any) -> Any:
+        """A failing handler becomes an error reply and a logged traceback, never the daemon's end."""
+
+        def handle(msg: dict[str, Any]) -> dict[str, Any]:
+            try:
+                if op in self.faults.handlers:
+                    raise InjectedFault(f"injected fault in handler {op!r}")
+                return fn(msg)
+            except ProtocolError:
+                raise
+            except Exception as e:
+                log.exception("request %r failed", op)
+                raise ProtocolError(f"internal error in {op!r}: {e}") from None
+
+        return handle
+
+    @staticmethod
+    def _peer_uid(msg: dict[str, Any]) -> int:
+        """Who asks: root for in-process calls (no "_peer" key); the kernel's word for socket requests
+        (serve_one sets "_peer" after decoding, so a client cannot supply it)."""
+        if "_peer" not in msg:
+            return 0
+        peer = msg["_peer"]
+        if not isinstance(peer, Peer):
+            raise ProtocolError("cannot tell who sent this request")
+        return peer.uid
+
+    def _root_only(self, msg: dict[str, Any], what: str) -> None:
+        if self._peer_uid(msg) != 0:
+            raise ProtocolError(f"only root may {what}")
 
     def _job(self, msg: dict[str, Any]) -> JobView:
+        """The job a request names, if the requester may act on it (root, or the job's user)."""
         job_id = get_int(msg, "job", minimum=1)
         for j in self.table.jobs():
             if j.job_id == job_id:
+                uid = self._peer_uid(msg)
+                if uid not in (0, j.uid):
+                    raise ProtocolError(f"job {job_id} belongs to uid {j.uid}; only they or root may do that")
                 return j
         raise ProtocolError(f"unknown job {job_id}")
+
+    def _own_process(self, msg: dict[str, Any], pid: int, what: str) -> None:
+        """A non-root requester may name only its own processes."""
+        uid = self._peer_uid(msg)
+        if uid != 0 and proc.process_uid(pid) != uid:
+            raise ProtocolError(f"process {pid} ({what}) is not yours")
 
     def admit(self, msg: dict[str, Any]) -> dict[str, Any]:
         job_id = get_int(msg, "job", minimum=1)
@@ -95,28 +213,42 @@ class CpuManager:
         max_mpl = get_int(msg, "max_mpl", minimum=1, default=1)
         leader = get_int(msg, "leader_pid", minimum=0, default=0)
         spin_us = get_int(msg, "spin_us", minimum=0, default=0)
+        peer_uid = self._peer_uid(msg)
+        uid = get_int(msg, "uid", minimum=0, default=peer_uid)
+        if uid > MAX_UID:
+            raise ProtocolError(f"uid {uid} too large")
+        if peer_uid not in (0, uid):
+            raise ProtocolError("only root may admit a job for another user")
         mode = get_str(msg, "queue", QUEUE_MODES, self.cfg.cpumanager.default_queue)
         heuristic = get_str(msg, "heuristic", tuple(HEURISTICS), L.DEFAULT_HEURISTIC)
         if self.table.job_slot(job_id) is not None:
             raise ProtocolError(f"job {job_id} is already admitted")
         if leader and not proc.alive(leader):
             raise ProtocolError(f"no process {leader} (leader_pid)")
+        if leader:
+            self._own_process(msg, leader, "leader_pid")
         shapes = self._shapes() + [JobShape(job_id, nranks, max_mpl, 0)]
         plan = self._plan(shapes, f"cannot admit job {job_id} (needs {minimum_partition(nranks, max_mpl)} CPUs)")
         queue = L.QUEUE_LOCAL if mode == "local" else L.QUEUE_GLOBAL
+        try:
+            seg = JobSegmentFile.create(self.table.shm_name, job_id, nranks, uid)
+        except OSError as e:
+            raise ProtocolError(f"cannot create the segment of job {job_id}: {e}") from None
         with self.table.locked():
             try:
-                slot = self.table.add_job(
-                    job_id, nranks, max_mpl, queue, HEURISTICS[heuristic], spin_us, leader, lbd=mode == "lbd"
-                )
+                slot = self.table.add_job(job_id, nranks, max_mpl, queue, HEURISTICS[heuristic], spin_us, leader,
+                                          lbd=mode == "lbd", uid=uid, rt_name=seg.name)  # fmt: skip
             except TableFull as e:
+                seg.unlink()
+                seg.close()
                 raise ProtocolError(str(e)) from None
+        self._add_seg(job_id, nranks, seg)
         if mode == "lbd":
             self.lbd[job_id] = LbdState()
         if leader:
             self.exits.watch(("leader", job_id), leader)
         self._apply(plan)
-        event(log, "admit", job=job_id, ranks=nranks, max_mpl=max_mpl, queue=mode, cpus=plan[job_id])
+        event(log, "admit", job=job_id, ranks=nranks, max_mpl=max_mpl, queue=mode, cpus=plan[job_id], uid=uid)
         return {"job": job_id, "slot": slot, "cpus": list(plan[job_id])}
 
     def set_mpl(self, msg: dict[str, Any]) -> dict[str, Any]:
@@ -128,18 +260,27 @@ class CpuManager:
             for s in self._shapes()
         ]
         plan = self._plan(shapes, f"cannot set max MPL {max_mpl} for job {job.job_id}")
-        self.table.seg.jobs[job.slot].max_mpl = max_mpl
+        with self.table.locked():
+            self.table.set_max_mpl(job.slot, max_mpl)
         self._apply(plan)
         event(log, "set_mpl", job=job.job_id, max_mpl=max_mpl, was=job.max_mpl, cpus=plan[job.job_id])
         return {"job": job.job_id, "max_mpl": max_mpl, "cpus": list(plan[job.job_id])}
 
     def set_leader(self, msg: dict[str, Any]) -> dict[str, Any]:
-        """Name the process (e.g. mpiexec) whose exit ends the job."""
+        """Name the process (e.g. mpiexec) whose exit ends the job; its ranks must descend from it."""
         job = self._job(msg)
         pid = get_int(msg, "pid", minimum=1)
+        if not proc.alive(pid):
+            raise ProtocolError(f"no process {pid}")
+        self._own_process(msg, pid, "leader")
         if not self.exits.watch(("leader", job.job_id), pid):
             raise ProtocolError(f"no process {pid}")
-        self.table.seg.jobs[job.slot].leader_pid = pid
+        with self.table.locked():
+            self.table.set_leader(job.slot, pid)
+        # Ranks verified against no leader (or another one) are checked again against this one.
+        for key in [k for k in self.ranks if k[0] == job.job_id]:
+            self._untrack(key)
+        self.rejected[job.job_id][:] = 0
         return {"job": job.job_id, "leader_pid": pid}
 
     def release(self, msg: dict[str, Any]) -> dict[str, Any]:
@@ -148,11 +289,13 @@ class CpuManager:
         return {"job": job.job_id}
 
     def queue_state(self, msg: dict[str, Any]) -> dict[str, Any]:
+        self._root_only(msg, "tell the launcher's queue state")
         waiting = msg.get("waiting")
         if not isinstance(waiting, bool):
             raise ProtocolError("argument 'waiting' must be true or false")
         if bool(self.table.header.queue_waiting) != waiting:
-            self.table.header.queue_waiting = int(waiting)
+            with self.table.locked():
+                self.table.set_queue_waiting(waiting)
             self.repartition()
         return {"waiting": waiting}
 
@@ -167,19 +310,26 @@ class CpuManager:
             raise ProtocolError(f"no process {pid}")
         if any(t.pid == pid for t in self.ranks.values()):
             raise ProtocolError(f"process {pid} is already registered")
-        with self.table.locked():
-            try:
-                slot = self.table.add_rank(job.slot, rank, pid, L.RFLAG_EXTERNAL)
-            except TableFull as e:
-                raise ProtocolError(str(e)) from None
-        self._track(slot)
-        return {"job": job.job_id, "rank": rank, "slot": slot}
+        why = proc.belongs_to_job(pid, job.uid, job.leader_pid)
+        if why:
+            raise ProtocolError(f"cannot register process {pid} in job {job.job_id}: {why}")
+        seg = self.segs.get(job.job_id)
+        if seg is None:
+            raise ProtocolError(f"job {job.job_id} has no job segment")
+        seg.write_rank(rank, pid, L.RFLAG_EXTERNAL)
+        self.rejected[job.job_id][rank] = 0
+        self._scan(job)
+        if self.tracked[job.job_id][rank] != pid:
+            raise ProtocolError(f"process {pid} could not be verified")
+        return {"job": job.job_id, "rank": rank, "slot": rank}
 
     def forget(self, msg: dict[str, Any]) -> dict[str, Any]:
         pid = get_int(msg, "pid", minimum=1)
-        for slot, t in list(self.ranks.items()):
+        for key, t in list(self.ranks.items()):
             if t.pid == pid:
-                self._drop_rank(slot)
+                self._job({**msg, "job": key[0]})  # the requester may act on that job
+                self.segs[key[0]].mark_done(t.rank, pid=t.pid)
+                self._untrack(key)
                 return {"pid": pid}
         raise ProtocolError(f"process {pid} is not registered")
 
@@ -197,7 +347,8 @@ class CpuManager:
             raise ProtocolError(f"job {job.job_id} is not suspended")
         shapes = self._shapes() + [JobShape(job.job_id, job.nranks, job.max_mpl, 0)]
         plan = self._plan(shapes, f"cannot resume job {job.job_id}")
-        self.table.seg.jobs[job.slot].suspended = 0
+        with self.table.locked():
+            self.table.set_suspended(job.slot, False)
         self._apply(plan)
         return {"job": job.job_id, "continued": self._signal_job(job, stop=False)}
 
@@ -215,16 +366,22 @@ class CpuManager:
         h = self.table.header
         jobs = []
         for j in self.table.jobs():
-            ranks = self.table.ranks(j.job_id)
+            ranks = sorted((t for k, t in self.ranks.items() if k[0] == j.job_id), key=lambda t: t.rank)
+            snap = self.snaps.get(j.job_id)
+            seen = [snap[t.rank] if snap is not None and t.rank < len(snap) else None for t in ranks]
             jobs.append({
                 "job": j.job_id, "state": j.state, "nranks": j.nranks, "max_mpl": j.max_mpl, "mpl": j.mpl,
-                "cpus": list(j.cpus), "queue": L.QUEUE_NAMES[j.queue], "heuristic": L.HEURISTIC_NAMES[j.heuristic],
-                "lbd": L.LBD_NAMES[j.lbd_phase], "cvcs": round(j.cvcs, 4), "ip": round(j.ip, 4),
+                "cpus": list(j.cpus), "queue": L.QUEUE_NAMES.get(j.queue, "?"),
+                "heuristic": L.HEURISTIC_NAMES.get(j.heuristic, "?"), "lbd": L.LBD_NAMES.get(j.lbd_phase, "?"),
+                "cvcs": round(j.cvcs, 4), "ip": round(j.ip, 4), "uid": j.uid,
                 "suspended": j.suspended, "registered": len(ranks), "leader_pid": j.leader_pid,
                 "generation": j.generation, "changed_quantum": self.changed_at.get(j.job_id, 0),
-                "ranks": [{"rank": r.rank, "pid": r.pid, "state": L.RANK_STATE_NAMES.get(r.state, "?"),
-                           "cpu": r.cpu, "ctx_switches": r.ctx_switches, "mpi_calls": r.mpi_calls,
-                           "user_time_us": r.user_time_us} for r in ranks],
+                "ranks": [{"rank": t.rank, "pid": t.pid,
+                           "state": L.RANK_STATE_NAMES.get(int(e["state"]), "?") if e is not None else "?",
+                           "cpu": int(e["cpu"]) if e is not None else -1,
+                           "ctx_switches": int(e["ctx_switches"]) if e is not None else 0,
+                           "mpi_calls": int(e["mpi_calls"]) if e is not None else 0,
+                           "user_time_us": t.user_time_us} for t, e in zip(ranks, seen, strict=True)],
             })  # fmt: skip
         return {
             "pid": h.manager_pid, "cpus": list(self.cpus), "quantum_ms": h.quantum_us / 1000,
@@ -234,31 +391,27 @@ class CpuManager:
 
     # -- per-quantum reconcile -------------------------------------------------------------------
     def reconcile(self) -> None:
-        """One quantum: reap dead ranks and finished jobs, repartition, pin, run the LBD."""
+        """One quantum: verify new ranks, reap dead ones and finished jobs, repartition, pin, run the LBD."""
         self.quanta += 1
-        self.table.header.heartbeat = self.quanta
-        seg_ranks = self.table.seg.ranks
-        active = set(self.table.rank_slots())
-        # Ranks the runtime registered or unregistered (or a new process in a reused slot).
-        for slot in active:
-            t = self.ranks.get(slot)
-            if t is None or t.pid != seg_ranks[slot].pid:
-                self._track(slot)
-        for slot in [s for s in self.ranks if s not in active]:
-            self._untrack(slot)
+        with self.table.locked():
+            self.table.set_heartbeat(self.quanta)
+        if self.quanta in self.faults.quanta:
+            raise InjectedFault(f"injected fault in quantum {self.quanta}")
         # Exits, learnt from pidfds.
         ended_jobs: set[int] = set()
         for key in self.exits.exited():
-            if isinstance(key, tuple):
+            if key[0] == "leader":
                 ended_jobs.add(key[1])
             else:
-                self._drop_rank(key)
-        for slot in [s for s in self.ranks if seg_ranks[s].state == L.RANK_DONE]:
-            self._drop_rank(slot)
+                self._rank_exited((key[1], key[2]))
+        jobs = {j.job_id: j for j in self.table.jobs()}
+        for j in jobs.values():
+            self._scan(j)
         live_jobs = {t.job_id for t in self.ranks.values()}
-        for j in self.table.jobs():
+        for j in jobs.values():
             # Without a leader a job ends when every rank that registered is gone.
-            if j.job_id in ended_jobs or (not j.leader_pid and j.registered > 0 and j.job_id not in live_jobs):
+            if j.job_id in ended_jobs or (not j.leader_pid and self.verified.get(j.job_id, 0) > 0
+                                          and j.job_id not in live_jobs):  # fmt: skip
                 self._release(j, "finished")
         # Affinity: at once for jobs whose partition or queue changed; for the rest a slice of the
         # ranks per quantum (every rank once per repin period) in case something else changed it.
@@ -268,36 +421,70 @@ class CpuManager:
         for j in jobs.values():
             if self.pinned_gen.get(j.job_id) != j.generation:
                 self._pin_job(j)
-        for slot, t in self.ranks.items():
-            if slot % period == phase and t.job_id in jobs:
+        for key, t in list(self.ranks.items()):
+            if (t.rank + key[0]) % period == phase and t.job_id in jobs:
                 t.pinned = ()
-                self._pin(slot, jobs[t.job_id])
+                self._pin(key, jobs[t.job_id])
                 u = proc.user_time_us(t.pid)
-                if u is not None:
-                    seg_ranks[slot].user_time_us = u
+                if u is not None and pidfd_alive(t.pidfd):  # read, then confirm it was still that process
+                    t.user_time_us = u
         for job_id in list(self.lbd):
             if job_id in jobs:
                 self._lbd(jobs[job_id])
 
-    def _lbd(self, j: JobView) -> None:
-        slots = sorted(self.table.rank_slots(j.job_id), key=lambda s: self.table.seg.ranks[s].rank)
-        if not slots:
+    def _scan(self, j: JobView) -> None:
+        """Read the job's rank slots (an untrusted copy) and follow what changed: verify pids not seen
+        before. A slot that is done, free or names another pid no longer names its process, but the
+        process stays managed until it exits."""
+        seg = self.segs.get(j.job_id)
+        if seg is None:
             return
+        snap = seg.snapshot()
+        self.snaps[j.job_id] = snap
+        tracked, rejected = self.tracked[j.job_id], self.rejected[j.job_id]
+        pids = np.zeros(len(tracked), dtype=np.int64)
+        n = min(len(snap), len(tracked))
+        states = snap["state"][:n]
+        active = (states == L.RANK_RUNNING) | (states == L.RANK_WAITING)
+        pids[:n] = np.where(active, snap["pid"][:n], 0)
+        tracked[(tracked != 0) & (pids != tracked)] = 0
+        new = np.flatnonzero((pids > 0) & (pids != tracked) & (pids != rejected))
+        for r in new[:MAX_CHECKS_PER_QUANTUM].tolist():  # the rest next quantum
+            self._track(j, r, int(pids[r]))
+
+    def _rank_exited(self, key: RankKey) -> None:
+        """A verified rank exited (or is a zombie): mark its slot done, so that its siblings reclaim a
+        token it held at once (a zombie still answers kill(pid, 0), the runtime's own death test)."""
+        t = self.ranks.get(key)
+        seg = self.segs.get(key[0])
+        if t is not None and seg is not None:
+            seg.mark_done(t.rank, pid=t.pid)
+        self._untrack(key)
+
+    def _lbd(self, j: JobView) -> None:
+        tracked, snap = self.tracked.get(j.job_id), self.snaps.get(j.job_id)
+        slots = np.flatnonzero(tracked).tolist() if tracked is not None else []
+        if not slots or snap is None:
+            return
+        keys = [(j.job_id, int(tracked[r])) for r in slots]
         state = self.lbd[j.job_id]
         user = None
         if state.wants_user_times(self.lbd_params):
-            times = [proc.cpu_time_us(self.ranks[s].pid) if s in self.ranks else None for s in slots]
+            times = []
+            for k in keys:
+                t = proc.cpu_time_us(self.ranks[k].pid)
+                times.append(t if self.exits.alive(_wkey(k)) else None)
             user = None if None in times else [t / 1e6 for t in times]  # type: ignore[operator]
-        switches = self.table.rank_cols["ctx_switches"][slots].tolist()
+        switches = [int(snap["ctx_switches"][r]) if r < len(snap) else 0 for r in slots]
         new = lbd_step(state, switches, user, self.lbd_params)
         self.lbd[j.job_id] = new
-        e = self.table.seg.jobs[j.slot]
-        e.lbd_phase, e.cvcs = new.phase, new.cvcs or 0.0
-        if new.phase == L.LBD_DECIDED:
-            e.ip = new.ip or 0.0
-            del self.lbd[j.job_id]
-            with self.table.locked():
+        decided = new.phase == L.LBD_DECIDED
+        with self.table.locked():
+            self.table.set_lbd(j.slot, new.phase, new.cvcs or 0.0, (new.ip or 0.0) if decided else None)
+            if decided:
                 self.table.set_queue(j.slot, L.QUEUE_LOCAL if new.local else L.QUEUE_GLOBAL)
+        if decided:
+            del self.lbd[j.job_id]
             event(log, "lbd_decision", job=j.job_id, cvcs=round(new.cvcs or 0, 4), ip=round(new.ip or 0, 4),
                   queue="local" if new.local else "global")  # fmt: skip
 
@@ -334,96 +521,138 @@ class CpuManager:
                 self._pin_job(j)  # at once rather than at the next quantum
                 self._wake_job(j)
 
-    def _track(self, slot: int) -> None:
-        e = self.table.seg.ranks[slot]
-        self._untrack(slot)
-        self.ranks[slot] = _Rank(e.pid, e.job_id)
-        if not self.exits.watch(slot, e.pid):
-            self._drop_rank(slot)
+    def _track(self, j: JobView, rank: int, pid: int) -> None:
+        """Start managing `pid` as rank `rank` of job `j` if it belongs to the job; else note the refusal.
+        Order matters: the pidfd is opened first, the process checked, then the pidfd confirms that the
+        checked process is still the one it refers to (a pid reused meanwhile fails that test)."""
+        key = (j.job_id, pid)
+        t = self.ranks.get(key)
+        if t is not None:  # verified already (its slot went away and came back): nothing to check
+            self.tracked[j.job_id][rank], t.rank = pid, rank
             return
-        j = next((j for j in self.table.jobs() if j.job_id == e.job_id), None)
-        if j is not None:
-            self._pin(slot, j)
+        why = None
+        if not self.exits.watch(_wkey(key), pid):
+            why = "no such process"
+        else:
+            why = proc.belongs_to_job(pid, j.uid, j.leader_pid)
+            if why is None and not self.exits.alive(_wkey(key)):
+                why = "it exited"
+            if why is None and j.leader_pid and not self.exits.alive(("leader", j.job_id)):
+                why = f"the job's leader {j.leader_pid} is gone"
+        if why is not None:
+            self.exits.unwatch(_wkey(key))
+            self.rejected[j.job_id][rank] = pid
+            n = self.refusals[j.job_id] = self.refusals.get(j.job_id, 0) + 1
+            if n <= MAX_LOGGED_REFUSALS:
+                log.warning(
+                    "job %d rank %d: ignoring pid %d named in its job segment: %s%s",
+                    j.job_id,
+                    rank,
+                    pid,
+                    why,
+                    "; further refusals for this job are not logged" if n == MAX_LOGGED_REFUSALS else "",
+                )
+            return
+        self.ranks[key] = _Rank(pid, j.job_id, rank, self.exits.pidfd(_wkey(key)) or -1)
+        self.tracked[j.job_id][rank] = pid
+        self.verified[j.job_id] += 1
+        with self.table.locked():
+            self.table.set_registered(j.slot, self.verified[j.job_id])
+        if j.suspended and self.exits.send_signal(_wkey(key), signal.SIGSTOP):
+            self.ranks[key].stopped = True  # a rank that appears in a suspended job stops too
+        self._pin(key, j)
 
-    def _untrack(self, slot: int) -> None:
-        self.ranks.pop(slot, None)
-        self.exits.unwatch(slot)
+    def _untrack(self, key: RankKey) -> None:
+        t = self.ranks.pop(key, None)
+        if t is not None and t.stopped:
+            self.exits.send_signal(_wkey(key), signal.SIGCONT)  # never leave a process stopped
+        self.exits.unwatch(_wkey(key))
+        tracked = self.tracked.get(key[0])
+        if t is not None and tracked is not None and tracked[t.rank] == t.pid:
+            tracked[t.rank] = 0
 
     def _pin_job(self, j: JobView) -> None:
-        for slot, t in self.ranks.items():
-            if t.job_id == j.job_id:
-                self._pin(slot, j)
+        for key in [k for k in self.ranks if k[0] == j.job_id]:
+            self._pin(key, j)
         self.pinned_gen[j.job_id] = j.generation
 
-    def _pin(self, slot: int, j: JobView) -> None:
-        t = self.ranks[slot]
+    def _pin(self, key: RankKey, j: JobView) -> None:
+        t = self.ranks[key]
         # At MPL 1 every rank has a CPU of its own, whatever the queue type: pin it there, so that two
         # spinning ranks never share a CPU while another one idles.
         own = j.queue == L.QUEUE_LOCAL or len(j.cpus) >= j.nranks
-        target = rank_cpus(self.table.seg.ranks[slot].rank, j.cpus, local_queues=own)
-        if target and t.pinned != target and proc.set_affinity(t.pid, target):
+        target = rank_cpus(t.rank, j.cpus, local_queues=own)
+        # The pidfd's check right before the call: the pid still names the verified process.
+        if target and t.pinned != target and pidfd_alive(t.pidfd) and proc.set_affinity(t.pid, target):
             t.pinned = target
 
     def _wake_job(self, job: JobView) -> None:
-        """Wake the job's blocked ranks so they see a new partition now (futex words in the table)."""
-        off = L.RankEntry.wake.offset
-        for slot in self.table.rank_slots(job.job_id):
-            if self.table.seg.ranks[slot].state == L.RANK_WAITING:
-                proc.futex_wake(ctypes.addressof(self.table.seg.ranks[slot]) + off)
-
-    def _drop_rank(self, slot: int) -> None:
-        e = self.table.seg.ranks[slot]
-        if e.flags & L.RFLAG_STOPPED and slot in self.ranks:
-            proc.send_signal(self.ranks[slot].pid, signal.SIGCONT)
-        with self.table.locked():
-            if e.state != L.RANK_FREE:
-                self.handoffs_retired += e.ctx_switches
-                self.table.free_rank(slot)
-        self._untrack(slot)
+        """Wake the job's blocked, verified ranks so they see a new partition now (futex words in its
+        segment; the others notice within the runtime's WAKE_MS)."""
+        seg, snap, tracked = self.segs.get(job.job_id), self.snaps.get(job.job_id), self.tracked.get(job.job_id)
+        if seg is None or snap is None or tracked is None:
+            return
+        for r in np.flatnonzero(tracked).tolist():
+            if r < len(snap) and snap["state"][r] == L.RANK_WAITING:
+                seg.wake(r)
 
     def _release(self, j: JobView, why: str) -> None:
         self._signal_job(j, stop=False)
         with self.table.locked():
-            self.handoffs_retired += int(self.table.rank_cols["ctx_switches"][self.table.rank_slots(j.job_id)].sum())
             self.table.remove_job(j.slot)
-        for slot in [s for s, t in self.ranks.items() if t.job_id == j.job_id]:
-            self._untrack(slot)
+        snap = self.snaps.get(j.job_id)
+        if snap is not None:  # its hand-offs stay counted after it is gone (a Prometheus counter)
+            self.handoffs_retired += int(snap["ctx_switches"].sum())
+        for key in [k for k in self.ranks if k[0] == j.job_id]:
+            self._untrack(key)
+        seg = self.segs.pop(j.job_id, None)
+        if seg is not None:
+            seg.unlink()  # the ranks keep their mapping; the name goes
+            seg.close()
+        for d in (self.snaps, self.tracked, self.rejected, self.verified, self.refusals, self.lbd, self.pinned_gen):
+            d.pop(j.job_id, None)
         self.exits.unwatch(("leader", j.job_id))
-        self.lbd.pop(j.job_id, None)
-        self.pinned_gen.pop(j.job_id, None)
         event(log, "release", job=j.job_id, reason=why, cpus=j.cpus)
         self.repartition()
 
     def _signal_job(self, j: JobView, stop: bool) -> int:
+        """SIGSTOP or SIGCONT the job's verified ranks, through their pidfds."""
         n = 0
-        for slot in self.table.rank_slots(j.job_id):
-            e = self.table.seg.ranks[slot]
-            if stop and proc.send_signal(e.pid, signal.SIGSTOP):
-                e.flags |= L.RFLAG_STOPPED
+        for key, t in self.ranks.items():
+            if key[0] != j.job_id:
+                continue
+            if stop and not t.stopped and self.exits.send_signal(_wkey(key), signal.SIGSTOP):
+                t.stopped = True
                 n += 1
-            elif not stop and e.flags & L.RFLAG_STOPPED:
-                proc.send_signal(e.pid, signal.SIGCONT)
-                e.flags &= ~L.RFLAG_STOPPED
+            elif not stop and t.stopped:
+                self.exits.send_signal(_wkey(key), signal.SIGCONT)
+                t.stopped = False
                 n += 1
-        self.table.seg.jobs[j.slot].suspended = int(stop)
+        with self.table.locked():
+            if self.table.seg.jobs[j.slot].job_id == j.job_id:
+                self.table.set_suspended(j.slot, stop)
         return n
 
     def token_handoffs(self) -> int:
         """Token hand-offs on this node so far: the live ranks' counters plus those of ranks gone."""
-        live = self.table.rank_cols["ctx_switches"][self.table.rank_slots()].sum()
-        return self.handoffs_retired + int(live)
+        live = sum(int(snap["ctx_switches"].sum()) for snap in self.snaps.values())
+        return self.handoffs_retired + live
 
     def shutdown(self) -> None:
-        """Leave nothing stopped or blocked: continue every stopped rank, wake every waiter."""
-        self.table.header.shutdown = 1
-        off = L.RankEntry.wake.offset
-        for slot in self.table.rank_slots():
-            e = self.table.seg.ranks[slot]
-            if e.flags & L.RFLAG_STOPPED:
-                proc.send_signal(e.pid, signal.SIGCONT)
-                e.flags &= ~L.RFLAG_STOPPED
-            e.wake = 1
-            proc.futex_wake(ctypes.addressof(e) + off)
+        """Leave nothing stopped or blocked: continue every stopped rank, wake every waiter, remove
+        the job segments (the ranks keep their mappings and go on as plain MPI)."""
+        with self.table.locked():
+            self.table.set_shutdown()
+        for key, t in self.ranks.items():
+            if t.stopped:
+                self.exits.send_signal(_wkey(key), signal.SIGCONT)
+                t.stopped = False
+        for seg in self.segs.values():
+            for r in range(seg.nranks):
+                seg.release_waiter(r)
+            seg.unlink()
+            seg.close()
+        self.segs.clear()
         self.exits.close()
 
 
@@ -431,7 +660,10 @@ def open_table(cfg: Config, cpus: tuple[int, ...]) -> tuple[SharedTable, bool]:
     """Attach to a table left by a dead manager (recovery) or create a new one."""
     try:
         t = SharedTable.attach(cfg.shm_name, cfg.lock_name)
-    except TableError:
+    except TableError as e:
+        if isinstance(e, ForeignTable):  # planted by a user while no manager ran: never adopt it
+            log.warning("%s: removing it", e)
+            remove_table(cfg.shm_name, cfg.lock_name)
         quantum_us = int(cfg.cpumanager.quantum_ms * 1000)
         return SharedTable.create(cfg.shm_name, cfg.lock_name, cpus, quantum_us), False
     pid = t.header.manager_pid

@@ -1,4 +1,5 @@
-"""What the CPU manager does to processes: liveness, affinity, CPU time, stop/continue, futex wake.
+"""What the CPU manager does to processes: liveness, affinity, CPU time, stop/continue, futex wake,
+and the check that a process belongs to a job before the manager acts on it.
 
 The thin, side-effecting edge of the daemon; everything here acts on one pid and reports failure
 instead of raising, because ranks may exit at any moment.
@@ -32,6 +33,58 @@ def alive(pid: int) -> bool:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
         return False
+
+
+MAX_ANCESTRY = 64  # a rank sits a few levels below its leader (vmrun -> mpiexec -> proxy -> rank)
+
+
+def _status_fields(pid: int) -> dict[str, str] | None:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return dict(line.split(":", 1) for line in f if ":" in line)
+    except OSError:
+        return None
+
+
+def parent(pid: int) -> int | None:
+    st = _status_fields(pid)
+    try:
+        return int(st["PPid"]) if st else None
+    except (KeyError, ValueError):
+        return None
+
+
+def belongs_to_job(pid: int, uid: int, leader: int) -> str | None:
+    """None if `pid` runs entirely as `uid` (real, effective, saved and filesystem uid: a setuid
+    program the user started is not theirs to have stopped by root) and - when the job has a leader -
+    descends from `leader`; else why not. The caller holds a pidfd opened before this check and
+    confirms afterwards that the process is still alive, so the answer is about that process."""
+    st = _status_fields(pid)
+    if st is None or "Uid" not in st:
+        return f"no process {pid}"
+    if st.get("State", "").strip().startswith(("Z", "X")):
+        return f"process {pid} has exited"
+    if any(int(u) != uid for u in st["Uid"].split()):
+        return f"process {pid} does not run as uid {uid} (uids {st['Uid'].split()})"
+    if not leader:
+        return None
+    p = parent(pid)
+    for _ in range(MAX_ANCESTRY):
+        if p == leader:
+            return None
+        if p is None or p <= 1:
+            break
+        p = parent(p)
+    return f"process {pid} does not descend from the job's leader {leader}"
+
+
+def process_uid(pid: int) -> int | None:
+    """Real uid of `pid`."""
+    st = _status_fields(pid)
+    try:
+        return int(st["Uid"].split()[0]) if st else None
+    except (KeyError, ValueError, IndexError):
+        return None
 
 
 def start_time(pid: int) -> float | None:

@@ -1,14 +1,17 @@
-"""The one definition of the shared-memory layout (thesis §3.5).
+"""The one definition of the shared-memory layout (thesis §3.5) and of the protocol constants.
 
-The CPU manager (Python, ctypes) and the runtime inside every rank (C, `vmruntime`) map the same
-segment. Python defines the structures here; `c_header()` generates the C header the runtime is
-compiled with, and a test compiles a C program against it to check every size and offset.
+Two kinds of segment (see docs/security.md for why):
+- the node table (`Segment`): header, CPU table, job table. Created by the CPU manager (root), mode
+  0644: every rank maps it read-only; only the manager writes it, through `table.SharedTable`, under
+  the table lock.
+- one job segment per job (`JobSegment`): the job's token state and its rank slots (slot = MPI rank).
+  Created by the manager under an unguessable name (written into the job's entry), owned by the job's
+  user, mode 0600: only that user's processes can map it. The ranks write it (token protocol with
+  atomics and futexes; each rank its own slot); the manager reads it only as an untrusted copy
+  (`JobSegmentFile.snapshot`) and never acts on a pid found there before it verified the process.
 
-Ownership, so that no field has two writers that race:
-- header, CPU table, job table partition fields, user_time_us: the CPU manager, under the table lock;
-- rank slots: claimed by the runtime (or the manager, for non-MPI processes) under the table lock,
-  then the counters are written only by the rank itself;
-- rt_* fields of a job and wake words: the runtime's token protocol (atomics / futex).
+Python defines the structures here; `c_header()` generates the C header the runtime is compiled with
+(structures and constants), and a test compiles a C program against it to check every size and offset.
 """
 
 from __future__ import annotations
@@ -16,11 +19,18 @@ from __future__ import annotations
 import ctypes as C
 
 MAGIC = 0x564D53434845444D  # "VMSCHEDM"
-VERSION = 1
+JOB_MAGIC = 0x564D534A4F425254  # "VMSJOBRT"
+VERSION = 2
 
 MAX_CPUS = 256  # CPUs in the CPU table (and in one partition)
 MAX_JOBS = 256
-MAX_RANKS = 4096
+MAX_RANKS = 1024  # ranks of one job (slots of a job segment)
+NAME_LEN = 64  # bytes of a job segment's name, NUL included
+
+# Protocol constants shared with the runtime (generated into the C header).
+WAKE_WAIT, WAKE_RUN = 0, 1  # rank.wake (a futex word): may sleep / holds a token (or must stop waiting)
+LOCK_TIMEOUT_S = 1  # a lock held longer than this is taken to be stale (its holder died)
+WAKE_MS = 100  # a sleeping rank re-checks the manager, its job and dead token holders this often
 
 # job.state
 JOB_FREE, JOB_ADMITTED, JOB_RUNNING, JOB_ENDING = 0, 1, 2, 3
@@ -34,7 +44,6 @@ HEUR_SENDER, HEUR_UNCONSUMED, HEUR_AFFINITY, HEUR_RR, HEUR_PROGRESS = 0, 1, 2, 3
 # rank.state
 RANK_FREE, RANK_RUNNING, RANK_WAITING, RANK_DONE = 0, 1, 2, 3
 # rank.flags
-RFLAG_STOPPED = 1  # the CPU manager sent SIGSTOP and owes a SIGCONT
 RFLAG_EXTERNAL = 2  # registered through the API (not by the MPI runtime)
 
 QUEUE_NAMES = {QUEUE_LOCAL: "local", QUEUE_GLOBAL: "global"}
@@ -72,8 +81,6 @@ class CpuEntry(C.Structure):
     _fields_ = [
         ("cpu", C.c_int32),  # OS CPU number
         ("job_id", C.c_int32),  # owning job, -1 when free
-        ("running_rank", C.c_int32),  # runtime: rank holding this CPU's token, -1 none
-        ("last_rank", C.c_int32),  # runtime: last rank that ran here (affinity heuristic)
     ]
 
 
@@ -90,19 +97,15 @@ class JobEntry(C.Structure):
         ("generation", C.c_uint32),  # bumped when partition or queue type change
         ("ncpus", C.c_int32),  # partition size P
         ("leader_pid", C.c_int32),  # mpiexec (or other) process whose exit ends the job, 0 none
-        ("registered", C.c_int32),  # ranks registered so far
+        ("registered", C.c_int32),  # ranks the manager has verified so far
         ("suspended", C.c_uint32),
         ("lbd_phase", C.c_uint32),
+        ("uid", C.c_uint32),  # the job's user: owner of its job segment and of its ranks
         ("admit_time", C.c_double),  # CLOCK_REALTIME seconds
         ("cvcs", C.c_double),
         ("ip", C.c_double),
-        # Runtime token state (vmruntime's protocol; the manager only resets it).
-        ("rt_lock", C.c_uint32),
-        ("rt_generation", C.c_uint32),
-        ("rt_tokens_free", C.c_int32),
-        ("rt_next", C.c_int32),
+        ("rt_name", C.c_char * NAME_LEN),  # the job segment's POSIX shm name
         ("cpus", C.c_int16 * MAX_CPUS),  # the partition, in mapping order (rank r -> cpus[r % P])
-        ("holder", C.c_int32 * MAX_CPUS),  # runtime: rank holding the token of cpus[i], -1 none
     ]
 
 
@@ -121,38 +124,57 @@ class RankEntry(C.Structure):
         ("ctx_switches", C.c_uint64),  # times it gave up its CPU at an MPI wait
         ("sent_not_consumed", C.c_int64),
         ("unconsumed", C.c_int64),  # messages sent to it not yet received
-        ("user_time_us", C.c_uint64),  # written by the CPU manager from /proc
+        ("reserved", C.c_uint64),
         ("mpi_calls", C.c_uint64),  # wrapped MPI calls (proves interposition)
         ("blocking_calls", C.c_uint64),  # wrapped calls that had to wait
     ]
 
 
-def segment_size() -> int:
-    return (
-        C.sizeof(Header)
-        + MAX_CPUS * C.sizeof(CpuEntry)
-        + MAX_JOBS * C.sizeof(JobEntry)
-        + (MAX_RANKS * C.sizeof(RankEntry))
-    )
+class JobRt(C.Structure):
+    """Head of a job segment: identity (written by the manager at creation) and the token state."""
+
+    _fields_ = [
+        ("magic", C.c_uint64),
+        ("job_id", C.c_int32),
+        ("nranks", C.c_int32),
+        ("rt_lock", C.c_uint32),  # pid of the rank inside the token critical section, 0 free
+        ("rt_generation", C.c_uint32),  # job generation the tokens were last rebuilt for
+        ("rt_tokens_free", C.c_int32),
+        ("rt_next", C.c_int32),
+        ("holder", C.c_int32 * MAX_CPUS),  # rank holding the token of cpus[i], -1 none
+        ("cpu_running", C.c_int32 * MAX_CPUS),  # by CPU-table index: rank holding its token, -1 none
+        ("cpu_last", C.c_int32 * MAX_CPUS),  # by CPU-table index: last rank that ran there (affinity)
+    ]
 
 
-def offsets() -> dict[str, int]:
-    """Byte offsets of the three tables inside the segment."""
-    cpus = C.sizeof(Header)
-    jobs = cpus + MAX_CPUS * C.sizeof(CpuEntry)
-    ranks = jobs + MAX_JOBS * C.sizeof(JobEntry)
-    return {"cpus": cpus, "jobs": jobs, "ranks": ranks}
+class JobSegment(C.Structure):
+    """A whole job segment: rank r of the job lives in ranks[r]."""
+
+    _fields_ = [("rt", JobRt), ("ranks", RankEntry * MAX_RANKS)]
 
 
 class Segment(C.Structure):
-    """The whole segment as one structure (fields laid out exactly as `offsets()` says)."""
+    """The whole node table."""
 
     _fields_ = [
         ("header", Header),
         ("cpus", CpuEntry * MAX_CPUS),
         ("jobs", JobEntry * MAX_JOBS),
-        ("ranks", RankEntry * MAX_RANKS),
     ]
+
+
+def segment_size() -> int:
+    return C.sizeof(Segment)
+
+
+def offsets() -> dict[str, int]:
+    """Byte offsets of the tables inside the node table."""
+    return {"cpus": Segment.cpus.offset, "jobs": Segment.jobs.offset}
+
+
+def job_segment_size(nranks: int) -> int:
+    """Bytes of a job segment for `nranks` ranks (only the slots it uses are mapped)."""
+    return C.sizeof(JobRt) + nranks * C.sizeof(RankEntry)
 
 
 _C_TYPES = {
@@ -162,6 +184,7 @@ _C_TYPES = {
     C.c_int64: "int64_t",
     C.c_int16: "int16_t",
     C.c_double: "double",
+    C.c_char: "char",
 }
 
 
@@ -169,6 +192,14 @@ def _c_field(name: str, ctype: type) -> str:
     if hasattr(ctype, "_length_"):
         return f"    {_C_TYPES[ctype._type_]} {name}[{ctype._length_}];"
     return f"    {_C_TYPES[ctype]} {name};"
+
+
+# The structures the header declares, by C name (vm_segment and vm_jobseg are written out by hand).
+C_STRUCTS: dict[type, str] = {Header: "vm_header", CpuEntry: "vm_cpu", JobEntry: "vm_job", RankEntry: "vm_rank",
+                              JobRt: "vm_jobrt"}  # fmt: skip
+# Every structure the C side sees, for the layout tests.
+ALL_C_STRUCTS: dict[str, type] = {**{v: k for k, v in C_STRUCTS.items()}, "vm_segment": Segment,
+                                  "vm_jobseg": JobSegment}  # fmt: skip
 
 
 def c_header() -> str:
@@ -183,18 +214,22 @@ def c_header() -> str:
         f"#define VM_MAX_CPUS {MAX_CPUS}",
         f"#define VM_MAX_JOBS {MAX_JOBS}",
         f"#define VM_MAX_RANKS {MAX_RANKS}",
+        f"#define VM_JOB_MAGIC 0x{JOB_MAGIC:016X}ULL",
+        f"#define VM_NAME_LEN {NAME_LEN}",
+        f"#define VM_WAKE_WAIT {WAKE_WAIT}",
+        f"#define VM_WAKE_RUN {WAKE_RUN}",
+        f"#define VM_LOCK_TIMEOUT_S {LOCK_TIMEOUT_S}",
+        f"#define VM_WAKE_MS {WAKE_MS}",
     ]
     consts = {
         "JOB_FREE": JOB_FREE, "JOB_ADMITTED": JOB_ADMITTED, "JOB_RUNNING": JOB_RUNNING,
         "JOB_ENDING": JOB_ENDING, "QUEUE_LOCAL": QUEUE_LOCAL, "QUEUE_GLOBAL": QUEUE_GLOBAL,
         "HEUR_SENDER": HEUR_SENDER, "HEUR_UNCONSUMED": HEUR_UNCONSUMED, "HEUR_AFFINITY": HEUR_AFFINITY,
         "HEUR_RR": HEUR_RR, "HEUR_PROGRESS": HEUR_PROGRESS, "RANK_FREE": RANK_FREE, "RANK_RUNNING": RANK_RUNNING,
-        "RANK_WAITING": RANK_WAITING, "RANK_DONE": RANK_DONE, "RFLAG_STOPPED": RFLAG_STOPPED,
-        "RFLAG_EXTERNAL": RFLAG_EXTERNAL,
+        "RANK_WAITING": RANK_WAITING, "RANK_DONE": RANK_DONE, "RFLAG_EXTERNAL": RFLAG_EXTERNAL,
     }  # fmt: skip
     lines += [f"#define VM_{k} {v}" for k, v in consts.items()]
-    for struct, cname in ((Header, "vm_header"), (CpuEntry, "vm_cpu"), (JobEntry, "vm_job"),
-                          (RankEntry, "vm_rank")):  # fmt: skip
+    for struct, cname in C_STRUCTS.items():
         lines.append(f"typedef struct {cname} {{")
         lines += [_c_field(n, t) for n, t in struct._fields_]
         lines.append(f"}} {cname};")
@@ -203,8 +238,11 @@ def c_header() -> str:
         "    vm_header header;",
         "    vm_cpu cpus[VM_MAX_CPUS];",
         "    vm_job jobs[VM_MAX_JOBS];",
-        "    vm_rank ranks[VM_MAX_RANKS];",
         "} vm_segment;",
+        "typedef struct vm_jobseg {",
+        "    vm_jobrt rt;",
+        "    vm_rank ranks[VM_MAX_RANKS];",
+        "} vm_jobseg;",
         "#endif",
         "",
     ]

@@ -1,7 +1,9 @@
-"""Access to the partition table in POSIX shared memory: create, attach, lock, read, write.
+"""Access to the shared memory: the node table (`SharedTable`) and the job segments (`JobSegmentFile`).
 
-Readers get plain frozen snapshots (`JobView`, `RankView`); all writes go through the few methods
-here, under the table's POSIX semaphore.
+Readers get plain frozen snapshots (`JobView`, `RankView`); every write to the node table goes through
+the methods of `SharedTable`, under the table's lock (they check that it is held). A job segment is
+written by its job's ranks: the manager reads it only as a copy taken with pread (a user who truncates
+it cannot make the root daemon fault) and validates every field of that copy before use.
 """
 
 from __future__ import annotations
@@ -9,6 +11,8 @@ from __future__ import annotations
 import ctypes as C
 import mmap
 import os
+import secrets
+import stat
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -19,11 +23,16 @@ import posix_ipc
 
 from vmsched.cpumanager import shm_layout as L
 
-LOCK_TIMEOUT_S = 1.0
+LOCK_TIMEOUT_S = float(L.LOCK_TIMEOUT_S)
+SHM_DIR = "/dev/shm"
 
 
 class TableError(RuntimeError):
     """The table cannot be created, attached or updated; the message says why."""
+
+
+class ForeignTable(TableError):
+    """A segment under the table's name that this process did not create (another user's forgery)."""
 
 
 class TableFull(TableError):
@@ -47,6 +56,8 @@ class JobView:
     registered: int
     suspended: bool
     lbd_phase: int
+    uid: int
+    rt_name: str
     admit_time: float
     cvcs: float
     ip: float
@@ -54,19 +65,15 @@ class JobView:
 
 @dataclass(frozen=True)
 class RankView:
-    slot: int
-    job_id: int
+    """A rank slot as a job segment claims it: untrusted until the manager verified `pid`."""
+
     rank: int
     pid: int
     state: int
     flags: int
     cpu: int
     ctx_switches: int
-    sent_not_consumed: int
-    unconsumed: int
-    user_time_us: int
     mpi_calls: int
-    blocking_calls: int
 
 
 def _job_view(slot: int, j: L.JobEntry) -> JobView:
@@ -74,15 +81,8 @@ def _job_view(slot: int, j: L.JobEntry) -> JobView:
         slot=slot, job_id=j.job_id, state=j.state, nranks=j.nranks, max_mpl=j.max_mpl, mpl=j.mpl,
         queue=j.queue, heuristic=j.heuristic, spin_us=j.spin_us, generation=j.generation,
         cpus=tuple(j.cpus[: j.ncpus]), leader_pid=j.leader_pid, registered=j.registered,
-        suspended=bool(j.suspended), lbd_phase=j.lbd_phase, admit_time=j.admit_time, cvcs=j.cvcs, ip=j.ip,
-    )  # fmt: skip
-
-
-def _rank_view(slot: int, r: L.RankEntry) -> RankView:
-    return RankView(
-        slot=slot, job_id=r.job_id, rank=r.rank, pid=r.pid, state=r.state, flags=r.flags, cpu=r.cpu,
-        ctx_switches=r.ctx_switches, sent_not_consumed=r.sent_not_consumed, unconsumed=r.unconsumed,
-        user_time_us=r.user_time_us, mpi_calls=r.mpi_calls, blocking_calls=r.blocking_calls,
+        suspended=bool(j.suspended), lbd_phase=j.lbd_phase, uid=j.uid, rt_name=j.rt_name.decode(errors="replace"),
+        admit_time=j.admit_time, cvcs=j.cvcs, ip=j.ip,
     )  # fmt: skip
 
 
@@ -94,12 +94,10 @@ class SharedTable:
         self.lock_name = lock_name
         self._mm = mm
         self._lock = lock
+        self._held = False
         self.seg = L.Segment.from_buffer(mm)
-        off = L.offsets()
-        # Column views of the tables (no copies): scanning 4096 rank slots in Python costs
-        # milliseconds, a NumPy comparison microseconds.
-        self.rank_cols = np.frombuffer(mm, dtype=np.dtype(L.RankEntry), count=L.MAX_RANKS, offset=off["ranks"])
-        self.job_cols = np.frombuffer(mm, dtype=np.dtype(L.JobEntry), count=L.MAX_JOBS, offset=off["jobs"])
+        # A column view of the job table (no copy): a NumPy comparison beats a Python scan.
+        self.job_cols = np.frombuffer(mm, dtype=np.dtype(L.JobEntry), count=L.MAX_JOBS, offset=L.offsets()["jobs"])
 
     # -- lifecycle -------------------------------------------------------------------------------
     @classmethod
@@ -107,24 +105,27 @@ class SharedTable:
         if len(cpus) > L.MAX_CPUS:
             raise TableFull(f"{len(cpus)} CPUs exceed the table's capacity of {L.MAX_CPUS}")
         size = L.segment_size()
+        remove_job_segments(shm_name)  # of a manager that was killed and whose table is gone
         try:
             shm = posix_ipc.SharedMemory(shm_name, posix_ipc.O_CREX, mode=0o644, size=size)
         except posix_ipc.ExistentialError:
             raise TableError(f"shared memory {shm_name} already exists") from None
-        # Ranks of every user's jobs register themselves in the table, so it must be writable by all
-        # (the umask would narrow the mode given at creation). The node's users are trusted not to
-        # scribble on it; a corrupt entry cannot hand one CPU to two jobs (partition.assign_cpus).
-        os.fchmod(shm.fd, 0o666)
+        # Readable by every rank (partitions, generations), writable only by the manager; what ranks
+        # write lives in their own job's segment (docs/security.md).
+        os.fchmod(shm.fd, 0o644)
         mm = mmap.mmap(shm.fd, size)
         shm.close_fd()
         try:
             posix_ipc.unlink_semaphore(lock_name)  # a leftover lock could be held by a dead process
         except posix_ipc.ExistentialError:
             pass
-        lock = posix_ipc.Semaphore(lock_name, posix_ipc.O_CREAT, mode=0o666, initial_value=1)
-        sem_path = f"/dev/shm/sem.{lock_name.lstrip('/')}"
-        if os.path.exists(sem_path):
-            os.chmod(sem_path, 0o666)
+        # The manager's own lock (no rank takes it): nobody else may hold it and stall the manager.
+        try:  # exclusive: a semaphore someone slipped in after the unlink is refused, never used
+            lock = posix_ipc.Semaphore(lock_name, posix_ipc.O_CREX, mode=0o600, initial_value=1)
+        except posix_ipc.ExistentialError:
+            mm.close()
+            posix_ipc.unlink_shared_memory(shm_name)
+            raise TableError(f"table lock {lock_name} was created by someone else meanwhile") from None
         t = cls(shm_name, lock_name, mm, lock)
         h = t.seg.header
         h.version, h.header_size = L.VERSION, C.sizeof(L.Header)
@@ -133,7 +134,7 @@ class SharedTable:
         for i in range(L.MAX_CPUS):
             e = t.seg.cpus[i]
             e.cpu = cpus[i] if i < len(cpus) else -1
-            e.job_id = e.running_rank = e.last_rank = -1
+            e.job_id = -1
         h.magic = L.MAGIC  # last: a reader that sees the magic sees a complete table
         return t
 
@@ -144,6 +145,11 @@ class SharedTable:
             shm = posix_ipc.SharedMemory(shm_name)
         except posix_ipc.ExistentialError:
             raise TableError(f"no shared memory {shm_name} (is the CPU manager running?)") from None
+        st = os.fstat(shm.fd)
+        if st.st_uid != os.geteuid() or st.st_mode & 0o022:
+            shm.close_fd()
+            raise ForeignTable(f"shared memory {shm_name} belongs to uid {st.st_uid} with mode "
+                               f"{oct(st.st_mode & 0o777)}; it is no table of this manager")  # fmt: skip
         if shm.size < L.segment_size():
             shm.close_fd()
             raise TableError(f"shared memory {shm_name} is {shm.size} bytes, expected {L.segment_size()}")
@@ -162,17 +168,12 @@ class SharedTable:
         return t
 
     def close(self) -> None:
-        del self.seg, self.rank_cols, self.job_cols  # the views pin the mmap's buffer
+        del self.seg, self.job_cols  # the views pin the mmap's buffer
         self._mm.close()
         self._lock.close()
 
     def unlink(self) -> None:
-        for fn, name in ((posix_ipc.unlink_shared_memory, self.shm_name),
-                         (posix_ipc.unlink_semaphore, self.lock_name)):  # fmt: skip
-            try:
-                fn(name)
-            except posix_ipc.ExistentialError:
-                pass
+        remove_table(self.shm_name, self.lock_name)
 
     @contextmanager
     def locked(self) -> Iterator[None]:
@@ -182,9 +183,11 @@ class SharedTable:
             self._lock.acquire(LOCK_TIMEOUT_S)
         except posix_ipc.BusyError:
             pass  # stale: proceed as the holder; the release below restores the count to 1
+        self._held = True
         try:
             yield
         finally:
+            self._held = False
             self._lock.release()
             # A stale break followed by the old holder's own release would leave the count at 2.
             while self._lock.value > 1:
@@ -204,53 +207,44 @@ class SharedTable:
         out = [_job_view(i, self.seg.jobs[i]) for i in slots]
         return sorted(out, key=lambda v: (v.admit_time, v.job_id))
 
-    def rank_slots(self, job_id: int | None = None) -> list[int]:
-        used = self.rank_cols["state"] != L.RANK_FREE
-        if job_id is not None:
-            used &= self.rank_cols["job_id"] == job_id
-        return np.flatnonzero(used).tolist()
-
-    def ranks(self, job_id: int | None = None) -> list[RankView]:
-        return [_rank_view(i, self.seg.ranks[i]) for i in self.rank_slots(job_id)]
-
-    def rank(self, slot: int) -> RankView:
-        return _rank_view(slot, self.seg.ranks[slot])
-
     def job_slot(self, job_id: int) -> int | None:
         hits = np.flatnonzero((self.job_cols["state"] != L.JOB_FREE) & (self.job_cols["job_id"] == job_id))
         return int(hits[0]) if len(hits) else None
 
-    # -- writing (caller holds the lock) ---------------------------------------------------------
+    # -- writing (each method checks that the caller holds the lock) -------------------------------
+    def _check_held(self) -> None:
+        if not self._held:
+            raise TableError("node table written without its lock")
+
     def add_job(self, job_id: int, nranks: int, max_mpl: int, queue: int, heuristic: int, spin_us: int,
-                leader_pid: int, lbd: bool) -> int:  # fmt: skip
+                leader_pid: int, lbd: bool, uid: int = 0, rt_name: str = "") -> int:  # fmt: skip
+        self._check_held()
         for i, j in enumerate(self.seg.jobs):
             if j.state == L.JOB_FREE:
                 C.memset(C.addressof(j), 0, C.sizeof(j))
                 j.job_id, j.nranks, j.max_mpl = job_id, nranks, max_mpl
                 j.queue, j.heuristic, j.spin_us, j.leader_pid = queue, heuristic, spin_us, leader_pid
+                j.uid, j.rt_name = uid, rt_name.encode()
                 j.lbd_phase = L.LBD_MEASURING if lbd else L.LBD_OFF
                 j.admit_time = time.time()
-                j.rt_next = 0
-                for k in range(L.MAX_CPUS):
-                    j.holder[k] = -1
                 j.state = L.JOB_ADMITTED
                 self._bump()
                 return i
         raise TableFull(f"job table full ({L.MAX_JOBS} jobs)")
 
     def remove_job(self, slot: int) -> None:
+        self._check_held()
         j = self.seg.jobs[slot]
         for c in range(self.seg.header.ncpus):
             if self.seg.cpus[c].job_id == j.job_id:
                 self.seg.cpus[c].job_id = -1
-        state = self.rank_cols["state"]
-        state[(state != L.RANK_FREE) & (self.rank_cols["job_id"] == j.job_id)] = L.RANK_FREE
         j.generation += 1
         j.state = L.JOB_FREE
         self._bump()
 
     def set_partition(self, slot: int, cpus: tuple[int, ...]) -> bool:
         """Write a job's CPU list; returns whether it changed (then its generation moves)."""
+        self._check_held()
         j = self.seg.jobs[slot]
         if tuple(j.cpus[: j.ncpus]) == cpus:
             return False
@@ -272,28 +266,184 @@ class SharedTable:
         return True
 
     def set_queue(self, slot: int, queue: int) -> None:
+        self._check_held()
         j = self.seg.jobs[slot]
         if j.queue != queue:
             j.queue = queue
             j.generation += 1
             self._bump()
 
-    def add_rank(self, job_slot: int, rank: int, pid: int, flags: int) -> int:
-        j = self.seg.jobs[job_slot]
-        for i, r in enumerate(self.seg.ranks):
-            if r.state == L.RANK_FREE:
-                C.memset(C.addressof(r), 0, C.sizeof(r))
-                r.job_id, r.rank, r.pid, r.flags = j.job_id, rank, pid, flags
-                r.job_slot, r.cpu, r.waiting_for, r.wake = job_slot, -1, -1, 1
-                r.state = L.RANK_RUNNING
-                j.registered += 1
-                self._bump()
-                return i
-        raise TableFull(f"rank table full ({L.MAX_RANKS} ranks)")
-
-    def free_rank(self, slot: int) -> None:
-        self.seg.ranks[slot].state = L.RANK_FREE
+    def set_max_mpl(self, slot: int, max_mpl: int) -> None:
+        self._check_held()
+        self.seg.jobs[slot].max_mpl = max_mpl
         self._bump()
+
+    def set_leader(self, slot: int, pid: int) -> None:
+        self._check_held()
+        self.seg.jobs[slot].leader_pid = pid
+        self._bump()
+
+    def set_suspended(self, slot: int, suspended: bool) -> None:
+        self._check_held()
+        self.seg.jobs[slot].suspended = int(suspended)
+        self._bump()
+
+    def set_registered(self, slot: int, n: int) -> None:
+        self._check_held()
+        self.seg.jobs[slot].registered = n
+
+    def set_lbd(self, slot: int, phase: int, cvcs: float, ip: float | None = None) -> None:
+        self._check_held()
+        j = self.seg.jobs[slot]
+        j.lbd_phase, j.cvcs = phase, cvcs
+        if ip is not None:
+            j.ip = ip
+
+    def set_queue_waiting(self, waiting: bool) -> None:
+        self._check_held()
+        self.seg.header.queue_waiting = int(waiting)
+
+    def set_heartbeat(self, quanta: int) -> None:
+        self._check_held()
+        self.seg.header.heartbeat = quanta
+
+    def set_manager_pid(self, pid: int) -> None:
+        self._check_held()
+        self.seg.header.manager_pid = pid
+
+    def set_shutdown(self) -> None:
+        self._check_held()
+        self.seg.header.shutdown = 1
 
     def _bump(self) -> None:
         self.seg.header.generation += 1
+
+
+_RANK_DTYPE = np.dtype(L.RankEntry)
+
+
+def remove_job_segments(shm_name: str) -> list[str]:
+    """Unlink every job segment of the table `shm_name` (named `<shm_name>.j<job>.<random>`)."""
+    prefix = shm_name.lstrip("/") + ".j"
+    removed = []
+    try:
+        names = [n for n in os.listdir(SHM_DIR) if n.startswith(prefix)]
+    except OSError:
+        return removed
+    for n in names:
+        try:
+            os.unlink(os.path.join(SHM_DIR, n))
+            removed.append(n)
+        except OSError:
+            pass
+    return removed
+
+
+def remove_table(shm_name: str, lock_name: str) -> None:
+    """Remove a table, its lock and its job segments (an orderly stop, or what a killed manager left)."""
+    for fn, name in ((posix_ipc.unlink_shared_memory, shm_name), (posix_ipc.unlink_semaphore, lock_name)):
+        try:
+            fn(name)
+        except posix_ipc.ExistentialError:
+            pass
+    remove_job_segments(shm_name)
+
+
+class JobSegmentFile:
+    """A job's segment as the manager holds it: an fd (for pread/pwrite) and a mapping (only for the
+    addresses of the futex words: the kernel answers a futex call on a truncated page with EFAULT,
+    where a load or store from Python would be a SIGBUS that kills the daemon)."""
+
+    def __init__(self, name: str, fd: int, nranks: int) -> None:
+        self.name, self.fd, self.nranks = name, fd, nranks
+        self.size = L.job_segment_size(nranks)
+        self._mm = mmap.mmap(fd, self.size, prot=mmap.PROT_READ)
+        self._view = np.frombuffer(self._mm, dtype=np.uint8)  # never read: only its address is used
+        self._base: int = self._view.ctypes.data
+
+    @staticmethod
+    def path(name: str) -> str:
+        return os.path.join(SHM_DIR, name.lstrip("/"))
+
+    @classmethod
+    def create(cls, prefix: str, job_id: int, nranks: int, uid: int) -> JobSegmentFile:
+        """A new segment under an unguessable name (nobody can create it first), owned by `uid`, 0600."""
+        name = f"{prefix}.j{job_id}.{secrets.token_hex(8)}"
+        fd = os.open(cls.path(name), os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            os.ftruncate(fd, L.job_segment_size(nranks))
+            head = L.JobRt(magic=L.JOB_MAGIC, job_id=job_id, nranks=nranks)
+            for i in range(L.MAX_CPUS):
+                head.holder[i] = head.cpu_running[i] = head.cpu_last[i] = -1
+            os.pwrite(fd, bytes(head), 0)
+            os.fchown(fd, uid, -1)
+            os.fchmod(fd, 0o600)
+            return cls(name, fd, nranks)
+        except BaseException:
+            os.close(fd)
+            os.unlink(cls.path(name))
+            raise
+
+    @classmethod
+    def open(cls, name: str, nranks: int, uid: int) -> JobSegmentFile:
+        """Reopen a job's segment after a manager restart: a regular file owned by the job's user."""
+        if not name or "/" in name.lstrip("/") or not 1 <= nranks <= L.MAX_RANKS:
+            raise TableError(f"bad job segment {name!r}")
+        fd = os.open(cls.path(name), os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != uid or st.st_size < L.job_segment_size(nranks):
+            os.close(fd)
+            raise TableError(f"job segment {name} is not a segment of uid {uid} for {nranks} ranks")
+        return cls(name, fd, nranks)
+
+    def close(self) -> None:
+        del self._view  # it pins the mapping
+        self._mm.close()
+        os.close(self.fd)
+
+    def unlink(self) -> None:
+        try:
+            os.unlink(self.path(self.name))
+        except FileNotFoundError:
+            pass
+
+    def snapshot(self) -> np.ndarray:
+        """A copy of the rank slots (a short read, from a truncated segment, gives fewer rows)."""
+        off = C.sizeof(L.JobRt)
+        want = self.nranks * _RANK_DTYPE.itemsize
+        try:
+            raw = os.pread(self.fd, want, off)
+        except OSError:
+            raw = b""
+        return np.frombuffer(raw[: len(raw) - len(raw) % _RANK_DTYPE.itemsize], dtype=_RANK_DTYPE)
+
+    def write_rank(self, rank: int, pid: int, flags: int) -> None:
+        """Fill rank `rank`'s slot for a process the manager registers itself (not an MPI rank)."""
+        e = L.RankEntry(rank=rank, pid=pid, state=L.RANK_RUNNING, flags=flags, cpu=-1, waiting_for=-1,
+                        wake=L.WAKE_RUN)  # fmt: skip
+        os.pwrite(self.fd, bytes(e), self._rank_offset(rank))
+
+    def mark_done(self, rank: int, pid: int) -> None:
+        """End rank `rank`'s slot if it still names `pid` (a process that exited, or one `forget` named)."""
+        off = self._rank_offset(rank)
+        try:
+            if int.from_bytes(os.pread(self.fd, 4, off + L.RankEntry.pid.offset), "little", signed=True) == pid:
+                os.pwrite(self.fd, L.RANK_DONE.to_bytes(4, "little"), off + L.RankEntry.state.offset)
+        except OSError:
+            pass
+
+    def release_waiter(self, rank: int) -> None:
+        """Let rank `rank` stop waiting (shutdown): its wake word says run, then a futex wake."""
+        off = self._rank_offset(rank) + L.RankEntry.wake.offset
+        os.pwrite(self.fd, L.WAKE_RUN.to_bytes(4, "little"), off)
+        self.wake(rank)
+
+    def wake(self, rank: int) -> None:
+        from vmsched.cpumanager.processes import futex_wake
+
+        futex_wake(self._base + self._rank_offset(rank) + L.RankEntry.wake.offset)
+
+    def _rank_offset(self, rank: int) -> int:
+        if not 0 <= rank < self.nranks:
+            raise TableError(f"rank {rank} outside the job's {self.nranks} slots")
+        return C.sizeof(L.JobRt) + rank * C.sizeof(L.RankEntry)

@@ -501,7 +501,7 @@ class Launcher:
         job = self.store.job(d.job_id)
         if job is None or job.state != "queued":
             return
-        self.cpu.admit(job.id, d.nranks, d.max_mpl, queue=self.cfg.launcher.queue_type)
+        self.cpu.admit(job.id, d.nranks, d.max_mpl, queue=self.cfg.launcher.queue_type, uid=job.uid)
         self.store.update(job.id, state="starting", nranks=d.nranks, cur_max_mpl=d.max_mpl)
         try:
             proc = runner.spawn(self.cfg, job, d.nranks)

@@ -7,9 +7,14 @@
  * token state of a job (holder[], has_token, wake, state of its ranks, rt_*) changes under the job's
  * spin lock rt_lock, which holds the owner's pid so that a lock left by a dead rank can be broken.
  *
+ * Memory. The node table (partitions, generations) is the CPU manager's and mapped read-only; what the
+ * ranks write - token state and rank slots (slot = MPI rank) - lives in the job's own segment, which
+ * only the job's user can open (docs/security.md). No rank takes a lock of the node table.
+ *
  * Blocking. A rank whose operation cannot complete hands its token to the next rank, sets its own
- * wake word to 0 and state to WAITING (still under the lock), and sleeps in FUTEX_WAIT(wake, 0). The
- * giver of a token sets the receiver's wake to 1 before FUTEX_WAKE, so a wake-up cannot be lost. The
+ * wake word to VM_WAKE_WAIT and state to WAITING (still under the lock), and sleeps in
+ * FUTEX_WAIT(wake, VM_WAKE_WAIT). The giver of a token sets the receiver's wake to VM_WAKE_RUN before
+ * FUTEX_WAKE, so a wake-up cannot be lost. The
  * wait has a timeout: a sleeping rank wakes every VM_WAKE_MS to check the manager, its job and the
  * holders of the tokens (a dead holder's token is reclaimed).
  *
@@ -26,7 +31,6 @@
 #include <linux/futex.h>
 #include <pthread.h>
 #include <sched.h>
-#include <semaphore.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,19 +44,14 @@
 
 #include "vmrt.h"
 
-#define VM_WAKE_MS 100          /* a sleeping rank re-checks its world this often */
 #define VM_CHECK_NS 200000000LL /* a running rank checks the manager's pid this often (in yields) */
 #define VM_RR_EVERY 8           /* every n-th hand-off of a rank is round robin (no starvation) */
 #define VM_POLLS_BEFORE_YIELD 8 /* consecutive empty Test/Iprobe calls before giving way */
-#define VM_LOCK_TIMEOUT_S 1     /* table lock: same stale-lock rule as vmsched.cpumanager.table */
 
 static vm_rank dummy_rank;     /* counters of an unregistered process */
 struct vm_state vm = {.me = &dummy_rank, .rank = -1};
 
-static int *slot_of;           /* rank -> slot index cache, -1 unknown */
-static uint64_t slots_gen = ~0ULL;
 static int cpu_index[VM_MAX_CPUS * 4]; /* OS cpu number -> index in the CPU table */
-static sem_t *table_sem;
 static cpu_set_t initial_mask;
 static __thread int mpi_thread; /* this thread called MPI_Init (no syscall needed to know) */
 static int in_cs;              /* this process holds rt_lock (signal handlers must not take it) */
@@ -120,27 +119,11 @@ static void pin_to(const int16_t *cpus, int n) {
 /* ---------------------------------------------------------------------------------------------- */
 /* locks                                                                                          */
 
-static void table_lock(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_sec += VM_LOCK_TIMEOUT_S;
-    while (sem_timedwait(table_sem, &ts) != 0 && errno == EINTR) {
-    }
-    /* On timeout the lock is taken to be stale (its holder died inside the critical section). */
-}
-
-static void table_unlock(void) {
-    int v = 0;
-    sem_post(table_sem);
-    while (sem_getvalue(table_sem, &v) == 0 && v > 1 && sem_trywait(table_sem) == 0) {
-    }
-}
-
 static void job_lock(void) {
     uint32_t mine = (uint32_t)vm.pid;
     for (unsigned spins = 0;; spins++) {
         uint32_t cur = 0;
-        if (__atomic_compare_exchange_n(&vm.job->rt_lock, &cur, mine, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
+        if (__atomic_compare_exchange_n(&vm.rt->rt.rt_lock, &cur, mine, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
             break;
         if (spins < 64) {
             cpu_relax();
@@ -149,7 +132,7 @@ static void job_lock(void) {
         /* The holder may be preempted on our CPU: give it the CPU, and break a dead holder's lock. */
         real_yield();
         if ((spins & 255) == 0 && pid_dead((pid_t)cur) &&
-            __atomic_compare_exchange_n(&vm.job->rt_lock, &cur, mine, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
+            __atomic_compare_exchange_n(&vm.rt->rt.rt_lock, &cur, mine, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
             break;
     }
     in_cs = 1;
@@ -162,7 +145,7 @@ static int npending;
 
 static void job_unlock(void) {
     in_cs = 0;
-    __atomic_store_n(&vm.job->rt_lock, 0, __ATOMIC_RELEASE);
+    __atomic_store_n(&vm.rt->rt.rt_lock, 0, __ATOMIC_RELEASE);
     for (int i = 0; i < npending; i++) futex_wake(pending_wake[i]);
     npending = 0;
 }
@@ -170,33 +153,12 @@ static void job_unlock(void) {
 /* ---------------------------------------------------------------------------------------------- */
 /* the job's ranks                                                                                */
 
-static int slot_valid(int s, int r) {
-    if (s < 0 || s >= VM_MAX_RANKS) return 0;
-    vm_rank *e = &vm.seg->ranks[s];
-    return e->job_id == vm.job_id && e->rank == r && (e->state == VM_RANK_RUNNING || e->state == VM_RANK_WAITING);
-}
-
-static void rescan_slots(void) {
-    uint64_t g = __atomic_load_n(&vm.seg->header.generation, __ATOMIC_ACQUIRE);
-    for (int r = 0; r < vm.nranks; r++) slot_of[r] = -1;
-    for (int s = 0; s < VM_MAX_RANKS; s++) {
-        vm_rank *e = &vm.seg->ranks[s];
-        if (e->state != VM_RANK_FREE && e->job_id == vm.job_id && e->rank >= 0 && e->rank < vm.nranks &&
-            (e->state == VM_RANK_RUNNING || e->state == VM_RANK_WAITING))
-            slot_of[e->rank] = s;
-    }
-    slots_gen = g;
-}
-
 /* Slot of rank r of our job, NULL when it is not (or no longer) registered. */
 static vm_rank *rank_entry(int r) {
-    if (r < 0 || r >= vm.nranks || !slot_of) return NULL;
-    if (slot_valid(slot_of[r], r)) return &vm.seg->ranks[slot_of[r]];
-    if (__atomic_load_n(&vm.seg->header.generation, __ATOMIC_ACQUIRE) != slots_gen) {
-        rescan_slots();
-        if (slot_valid(slot_of[r], r)) return &vm.seg->ranks[slot_of[r]];
-    }
-    return NULL;
+    if (r < 0 || r >= vm.nranks || !vm.rt) return NULL;
+    vm_rank *e = &vm.rt->ranks[r];
+    uint32_t st = __atomic_load_n(&e->state, __ATOMIC_ACQUIRE);
+    return (st == VM_RANK_RUNNING || st == VM_RANK_WAITING) && e->rank == r && e->pid > 0 ? e : NULL;
 }
 
 /* Rank r sleeps for want of a token (it re-tests its operation when it gets one). */
@@ -220,22 +182,22 @@ static int ntokens(void) {
 static void grant(int t, int r) {
     vm_rank *e = rank_entry(r);
     if (!e) { /* it vanished: the token stays free for the next waiter */
-        vm.job->holder[t] = -1;
+        vm.rt->rt.holder[t] = -1;
         return;
     }
-    vm.job->holder[t] = r;
+    vm.rt->rt.holder[t] = r;
     e->has_token = (uint32_t)t + 1;
     int ci = cpu_table_index(vm.job->cpus[t]);
-    if (ci >= 0) vm.seg->cpus[ci].running_rank = r;
-    __atomic_store_n(&e->wake, 1, __ATOMIC_RELEASE);
+    if (ci >= 0) vm.rt->rt.cpu_running[ci] = r;
+    __atomic_store_n(&e->wake, VM_WAKE_RUN, __ATOMIC_RELEASE);
     if (r != vm.rank && npending < (int)(sizeof pending_wake / sizeof pending_wake[0]))
         pending_wake[npending++] = &e->wake;
 }
 
 static void count_free(void) {
     int n = 0, p = ntokens();
-    for (int t = 0; t < p; t++) n += vm.job->holder[t] < 0;
-    vm.job->rt_tokens_free = n;
+    for (int t = 0; t < p; t++) n += vm.rt->rt.holder[t] < 0;
+    vm.rt->rt.rt_tokens_free = n;
 }
 
 /* Round robin among the waiting ranks of local queue t (ranks t, t+P, t+2P, ...), starting after
@@ -252,12 +214,12 @@ static int next_local(int t, int after, int exclude) {
 }
 
 static int next_rr(int exclude) {
-    int start = vm.job->rt_next;
+    int start = vm.rt->rt.rt_next;
     if (start < 0 || start >= vm.nranks) start = 0;
     for (int k = 0; k < vm.nranks; k++) {
         int c = (start + k) % vm.nranks;
         if (c != exclude && is_waiting(c)) {
-            vm.job->rt_next = (c + 1) % vm.nranks;
+            vm.rt->rt.rt_next = (c + 1) % vm.nranks;
             return c;
         }
     }
@@ -321,8 +283,8 @@ static int choose_next(int t, int waiting_for) {
     case VM_HEUR_AFFINITY: {
         int ci = cpu_table_index(sched_getcpu());
         if (ci >= 0) {
-            int last = vm.seg->cpus[ci].last_rank;
-            vm.seg->cpus[ci].last_rank = me;
+            int last = vm.rt->rt.cpu_last[ci];
+            vm.rt->rt.cpu_last[ci] = me;
             if (last >= 0 && last != me && is_waiting(last)) return last;
         }
         c = next_unconsumed(me);
@@ -338,7 +300,7 @@ static int choose_next(int t, int waiting_for) {
 static void distribute_free(void) {
     int p = ntokens();
     for (int t = 0; t < p; t++) {
-        if (vm.job->holder[t] >= 0) continue;
+        if (vm.rt->rt.holder[t] >= 0) continue;
         int c = vm.job->queue == VM_QUEUE_LOCAL ? next_local(t, -1, -1) : next_rr(-1);
         if (c >= 0) grant(t, c);
     }
@@ -351,7 +313,7 @@ static int take_free(void) {
     if (vm.me->has_token) return 1;
     if (vm.job->queue == VM_QUEUE_LOCAL) {
         int t = p > 0 ? vm.rank % p : -1;
-        if (t >= 0 && vm.job->holder[t] < 0) {
+        if (t >= 0 && vm.rt->rt.holder[t] < 0) {
             grant(t, vm.rank);
             count_free();
             return 1;
@@ -359,7 +321,7 @@ static int take_free(void) {
         return 0;
     }
     for (int t = 0; t < p; t++)
-        if (vm.job->holder[t] < 0) {
+        if (vm.rt->rt.holder[t] < 0) {
             grant(t, vm.rank);
             count_free();
             return 1;
@@ -368,7 +330,7 @@ static int take_free(void) {
 }
 
 static int holder_alive(int t) {
-    int h = vm.job->holder[t];
+    int h = vm.rt->rt.holder[t];
     vm_rank *e = rank_entry(h);
     return e && e->has_token == (uint32_t)t + 1 && !pid_dead(e->pid);
 }
@@ -377,9 +339,9 @@ static int holder_alive(int t) {
 static void reclaim_dead(void) {
     int p = ntokens(), freed = 0;
     for (int t = 0; t < p; t++)
-        if (vm.job->holder[t] >= 0 && !holder_alive(t)) {
-            DBG("token %d of dead rank %d reclaimed", t, vm.job->holder[t]);
-            vm.job->holder[t] = -1;
+        if (vm.rt->rt.holder[t] >= 0 && !holder_alive(t)) {
+            DBG("token %d of dead rank %d reclaimed", t, vm.rt->rt.holder[t]);
+            vm.rt->rt.holder[t] = -1;
             freed = 1;
             reclaimed++;
         }
@@ -390,37 +352,36 @@ static void reclaim_dead(void) {
 static void rebuild(void) {
     uint32_t gen = __atomic_load_n(&vm.job->generation, __ATOMIC_ACQUIRE);
     int p = ntokens(), local = vm.job->queue == VM_QUEUE_LOCAL;
-    for (int t = 0; t < VM_MAX_CPUS; t++) vm.job->holder[t] = -1;
-    rescan_slots();
+    for (int t = 0; t < VM_MAX_CPUS; t++) vm.rt->rt.holder[t] = -1;
     for (int r = 0; r < vm.nranks; r++) {
         vm_rank *e = rank_entry(r);
         if (!e || e->has_token == 0) continue;
         int keep = -1;
         if (p > 0 && !pid_dead(e->pid)) {
             if (local) {
-                keep = vm.job->holder[r % p] < 0 ? r % p : -1;
+                keep = vm.rt->rt.holder[r % p] < 0 ? r % p : -1;
             } else {
                 int old = (int)e->has_token - 1;
-                if (old < p && vm.job->holder[old] < 0) keep = old;
+                if (old < p && vm.rt->rt.holder[old] < 0) keep = old;
                 for (int t = 0; keep < 0 && t < p; t++)
-                    if (vm.job->holder[t] < 0) keep = t;
+                    if (vm.rt->rt.holder[t] < 0) keep = t;
             }
         }
         if (keep >= 0) {
-            vm.job->holder[keep] = r;
+            vm.rt->rt.holder[keep] = r;
             e->has_token = (uint32_t)keep + 1;
         } else {
             e->has_token = 0; /* revoked: it blocks at its next MPI call */
         }
     }
     distribute_free();
-    vm.job->rt_generation = gen;
+    vm.rt->rt.rt_generation = gen;
     DBG("tokens rebuilt: generation %u, %d tokens, %s queue, %d free", gen, p, local ? "local" : "global",
-        vm.job->rt_tokens_free);
+        vm.rt->rt.rt_tokens_free);
 }
 
 static void sync_tokens(void) {
-    if (vm.job->rt_generation != __atomic_load_n(&vm.job->generation, __ATOMIC_ACQUIRE)) rebuild();
+    if (vm.rt->rt.rt_generation != __atomic_load_n(&vm.job->generation, __ATOMIC_ACQUIRE)) rebuild();
 }
 
 /* Give our token to the next waiting rank, or free it. */
@@ -428,8 +389,8 @@ static void release_token(void) {
     int t = (int)vm.me->has_token - 1;
     if (t < 0) return;
     vm.me->has_token = 0;
-    if (vm.job->holder[t] == vm.rank) {
-        vm.job->holder[t] = -1;
+    if (vm.rt->rt.holder[t] == vm.rank) {
+        vm.rt->rt.holder[t] = -1;
         int c = t < ntokens() ? choose_next(t, -1) : -1;
         if (c >= 0) grant(t, c);
     }
@@ -513,15 +474,15 @@ void vm_generation_changed(void) {
 /* Sleep until our wake word says we hold a token (or control ends). */
 static void block(void) {
     for (;;) {
-        if (__atomic_load_n(&vm.me->wake, __ATOMIC_ACQUIRE)) break;
-        int rc = futex_wait(&vm.me->wake, 0, VM_WAKE_MS);
+        if (__atomic_load_n(&vm.me->wake, __ATOMIC_ACQUIRE) != VM_WAKE_WAIT) break;
+        int rc = futex_wait(&vm.me->wake, VM_WAKE_WAIT, VM_WAKE_MS);
         int err = rc == -1 ? errno : 0;
         if (!world_ok()) return;
         if (err == ETIMEDOUT) {
             check_manager();
             if (vm.mode == VM_OFF) return;
         }
-        if (__atomic_load_n(&vm.me->wake, __ATOMIC_ACQUIRE)) break;
+        if (__atomic_load_n(&vm.me->wake, __ATOMIC_ACQUIRE) != VM_WAKE_WAIT) break;
         /* Woken by the manager (new generation) or a timeout: look around under the lock. */
         job_lock();
         sync_tokens();
@@ -538,7 +499,7 @@ static void block(void) {
 /* Mark ourselves waiting (lock held) and sleep; returns holding a token or out of control. */
 static void wait_locked(int waiting_for) {
     vm.me->waiting_for = waiting_for;
-    __atomic_store_n(&vm.me->wake, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&vm.me->wake, VM_WAKE_WAIT, __ATOMIC_RELAXED);
     __atomic_store_n(&vm.me->state, VM_RANK_WAITING, __ATOMIC_RELEASE);
     job_unlock();
     vm.me->ctx_switches++;
@@ -838,21 +799,45 @@ static void after_fork_child(void) {
     vm.pid = getpid();
 }
 
-static void *attach(const char *name) {
-    int fd = shm_open(name, O_RDWR, 0);
+/* The node table, read-only (only the CPU manager writes it). */
+static const vm_segment *attach(const char *name) {
+    int fd = shm_open(name, O_RDONLY, 0);
     if (fd < 0) return NULL;
     struct stat st;
     void *p = MAP_FAILED;
     if (fstat(fd, &st) == 0 && (size_t)st.st_size >= sizeof(vm_segment))
-        p = mmap(NULL, sizeof(vm_segment), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        p = mmap(NULL, sizeof(vm_segment), PROT_READ, MAP_SHARED, fd, 0);
     close(fd);
     if (p == MAP_FAILED) return NULL;
-    vm_segment *s = p;
+    const vm_segment *s = p;
     if (s->header.magic != VM_MAGIC || s->header.version != VM_VERSION) {
         munmap(p, sizeof(vm_segment));
         return NULL;
     }
-    return p;
+    return s;
+}
+
+/* Our job's segment (token state and rank slots), read-write; NULL if it is not what the job entry says. */
+static vm_jobseg *attach_job(const vm_job *j) {
+    char name[VM_NAME_LEN];
+    memcpy(name, j->rt_name, sizeof name);
+    name[sizeof name - 1] = 0;
+    if (!name[0]) return NULL;
+    size_t size = sizeof(vm_jobrt) + (size_t)vm.nranks * sizeof(vm_rank);
+    int fd = shm_open(name, O_RDWR, 0);
+    if (fd < 0) return NULL;
+    struct stat st;
+    void *p = MAP_FAILED;
+    if (fstat(fd, &st) == 0 && (size_t)st.st_size >= size)
+        p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (p == MAP_FAILED) return NULL;
+    vm_jobseg *rt = p;
+    if (rt->rt.magic != VM_JOB_MAGIC || rt->rt.job_id != vm.job_id || rt->rt.nranks != vm.nranks) {
+        munmap(p, size);
+        return NULL;
+    }
+    return rt;
 }
 
 void vm_init(void) {
@@ -875,8 +860,8 @@ void vm_init(void) {
     atexit(at_exit);
     pthread_atfork(NULL, NULL, after_fork_child);
 
-    const char *shm = getenv("VMSCHED_SHM"), *lock = getenv("VMSCHED_LOCK"), *job = getenv("VMSCHED_JOB");
-    if (!shm || !lock || !job || !*shm || !*lock || !*job) return; /* not under vmsched: plain MPI */
+    const char *shm = getenv("VMSCHED_SHM"), *job = getenv("VMSCHED_JOB");
+    if (!shm || !job || !*shm || !*job) return; /* not under vmsched: plain MPI */
     vm.job_id = (int32_t)strtol(job, NULL, 10);
     vm.seg = attach(shm);
     if (!vm.seg) {
@@ -887,12 +872,7 @@ void vm_init(void) {
         DBG("CPU manager gone: plain MPI");
         return;
     }
-    table_sem = sem_open(lock, 0);
-    if (table_sem == SEM_FAILED) {
-        DBG("no table lock %s: plain MPI", lock);
-        return;
-    }
-    vm_job *j = NULL;
+    const vm_job *j = NULL;
     int job_slot = -1;
     for (int i = 0; i < VM_MAX_JOBS; i++)
         if (vm.seg->jobs[i].state != VM_JOB_FREE && vm.seg->jobs[i].job_id == vm.job_id) {
@@ -909,29 +889,21 @@ void vm_init(void) {
         int c = vm.seg->cpus[i].cpu;
         if (c >= 0 && c < (int)(sizeof cpu_index / sizeof cpu_index[0])) cpu_index[c] = (int)i;
     }
-    slot_of = malloc(sizeof(int) * (size_t)vm.nranks);
-    if (!slot_of) return;
-    for (int r = 0; r < vm.nranks; r++) slot_of[r] = -1;
-
-    sched_getaffinity(0, sizeof initial_mask, &initial_mask); /* before the manager can pin us */
-    table_lock(); /* the critical section: claim a free slot, nothing else */
-    vm_rank *me = NULL;
-    for (int s = 0; s < VM_MAX_RANKS; s++)
-        if (vm.seg->ranks[s].state == VM_RANK_FREE) {
-            me = &vm.seg->ranks[s];
-            memset(me, 0, sizeof *me);
-            me->job_id = vm.job_id, me->rank = vm.rank, me->pid = vm.pid;
-            me->job_slot = job_slot, me->cpu = sched_getcpu(), me->waiting_for = -1, me->wake = 0;
-            __atomic_store_n(&me->state, VM_RANK_RUNNING, __ATOMIC_RELEASE);
-            j->registered++;
-            vm.seg->header.generation++;
-            break;
-        }
-    table_unlock();
-    if (!me) {
-        fprintf(stderr, "vmrt: rank table full; rank %d runs as plain MPI\n", vm.rank);
+    vm.rt = attach_job(j);
+    if (!vm.rt) {
+        fprintf(stderr, "vmrt: cannot open the segment of job %d; rank %d runs as plain MPI\n", (int)vm.job_id,
+                vm.rank);
         return;
     }
+
+    sched_getaffinity(0, sizeof initial_mask, &initial_mask); /* before the manager can pin us */
+    /* Our slot is ours alone (slot = rank): no lock. The state goes last: the manager reads a slot
+     * as registered only once its state says so. */
+    vm_rank *me = &vm.rt->ranks[vm.rank];
+    memset(me, 0, sizeof *me);
+    me->job_id = vm.job_id, me->rank = vm.rank, me->pid = vm.pid;
+    me->job_slot = job_slot, me->cpu = sched_getcpu(), me->waiting_for = -1, me->wake = VM_WAKE_WAIT;
+    __atomic_store_n(&me->state, VM_RANK_RUNNING, __ATOMIC_RELEASE);
     me->mpi_calls = dummy_rank.mpi_calls;
     vm.me = me;
     vm.job = j;

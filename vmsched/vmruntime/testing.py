@@ -76,15 +76,10 @@ class Manager:
         self.proc.wait(10)
 
     def unlink_leftovers(self) -> None:
-        """A daemon that was killed cannot remove its segment and lock; do it for it."""
-        import posix_ipc
+        """A daemon that was killed cannot remove its segments and lock; do it for it."""
+        from vmsched.cpumanager.table import remove_table
 
-        for fn, name in ((posix_ipc.unlink_shared_memory, self.cfg.shm_name),
-                         (posix_ipc.unlink_semaphore, self.cfg.lock_name)):  # fmt: skip
-            try:
-                fn(name)
-            except posix_ipc.ExistentialError:
-                pass
+        remove_table(self.cfg.shm_name, self.cfg.lock_name)
 
     def env(self) -> dict[str, str]:
         env = dict(os.environ)

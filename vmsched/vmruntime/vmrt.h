@@ -41,8 +41,9 @@ struct vm_state {
     int rank, nranks;
     int32_t job_id;
     pid_t pid;
-    vm_segment *seg;       /* the mapped table, NULL without a manager */
-    vm_job *job;           /* our job entry, NULL when OFF */
+    const vm_segment *seg; /* the node table (read-only), NULL without a manager */
+    const vm_job *job;     /* our job entry, NULL when OFF */
+    vm_jobseg *rt;         /* our job's segment: token state and rank slots (ours to write) */
     vm_rank *me;           /* our rank slot; a process-local dummy when not registered */
     uint32_t seen_gen;     /* job generation this process has applied (pinning, mode) */
     uint32_t spin_us;

@@ -57,8 +57,7 @@ def mpiexec_path() -> str | None:
 def job_environment(cfg: Config, job_id: int, base: dict[str, str] | None = None) -> dict[str, str]:
     """Environment for mpiexec and the ranks: where the table is and which job they belong to."""
     env = dict(os.environ if base is None else base)
-    env.update(VMSCHED_SHM=cfg.shm_name, VMSCHED_LOCK=cfg.lock_name, VMSCHED_JOB=str(job_id),
-               VMSCHED_STATE_DIR=str(cfg.state_dir))  # fmt: skip
+    env.update(VMSCHED_SHM=cfg.shm_name, VMSCHED_JOB=str(job_id), VMSCHED_STATE_DIR=str(cfg.state_dir))
     # One thread per rank: BLAS thread pools would fight the ranks for the partition's CPUs.
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         env.setdefault(var, "1")
