@@ -250,6 +250,8 @@ def test_fault_injection_is_off_by_default_and_refuses_nonsense(tmp_path):
 
     assert parse_faults(None) == Faults() and parse_faults("") == Faults()
     assert parse_faults("handler=a,b;quantum=3") == Faults(frozenset({"a", "b"}), frozenset({3}))
+    with pytest.raises(ValueError, match="VMSCHED_CPUMANAGER_FAULTS: cannot parse 'pass=3'"):
+        parse_faults("pass=3")
     env = {**os.environ, "VMSCHED_CPUMANAGER_FAULTS": "quantum=soon"}
     r = subprocess.run([str(BIN / "vm-cpumanager"), "--state-dir", str(tmp_path)], capture_output=True, text=True,
                        env=env, timeout=30)  # fmt: skip

@@ -7,9 +7,10 @@ import os
 import pwd
 import signal
 import socket
+import subprocess
 import time
 
-from tests.conftest import wait_for
+from tests.conftest import BIN, wait_for
 from tests.launcher_harness import Node, send_app, starts, vmapp_result
 
 
@@ -267,3 +268,32 @@ def test_cancel_leaves_no_process_and_no_shared_memory(node_factory):
     assert not alive, f"left behind: {alive}"
     leaked = {p for p in mapped if os.path.exists(p)}
     assert not leaked, f"the cancelled job left shared memory behind: {leaked}"
+
+
+def test_failing_requests_and_passes_are_logged_and_the_launcher_goes_on():
+    """Test-only fault injection (vmsched/faults.py): the 'queue' handler and scheduling passes 1-3
+    raise. Each failing request gets an error reply, each failure is logged with its traceback, the
+    passes are retried, and the job still starts and completes with a verified result."""
+    env = {**os.environ, "VMSCHED_LAUNCHER_FAULTS": "handler=queue;pass=1,2,3"}
+    node = Node("fcfs", base_env=env).start()
+    try:
+        r = node.cli("vmq", "--json", check=False)
+        assert r.returncode != 0 and "internal error in 'queue'" in r.stderr and "injected fault" in r.stderr
+        job = node.submit("-n", "2", "--time", "30s", "--", *send_app(5))
+        done = wait_for(lambda: (a := node.acct()).get(job, {}).get("state") == "completed" and a, timeout=120,
+                        interval=0.3, what="the job to complete despite the failing passes")  # fmt: skip
+        assert vmapp_result(node.output(job))["verified"] and done[job]["nranks"] == 2
+        log = node.cfg.launcher_log.read_text()
+        for needle in ("request 'queue' failed", "scheduling pass failed", "InjectedFault: injected fault in "
+                       "scheduling pass 3", "Traceback"):  # fmt: skip
+            assert needle in log, needle
+        assert "scheduling pass 4" not in log and node.launcher.poll() is None
+    finally:
+        node.stop()
+
+
+def test_launcher_fault_injection_refuses_nonsense(tmp_path):
+    env = {**os.environ, "VMSCHED_LAUNCHER_FAULTS": "quantum=3"}
+    r = subprocess.run([str(BIN / "vm-launcher"), "--state-dir", str(tmp_path)], capture_output=True, text=True,
+                       env=env, timeout=30)  # fmt: skip
+    assert r.returncode == 2 and "VMSCHED_LAUNCHER_FAULTS: cannot parse 'quantum=3'" in r.stderr

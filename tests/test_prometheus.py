@@ -47,7 +47,7 @@ def test_scrape_while_a_folded_job_runs(node_factory):
     cm_port, launcher_port = free_port(), free_port()
     node = node_factory("fcfs/fifo", f'[metrics]\nlisten = "127.0.0.1:{cm_port}"\n'
                                      f'launcher_listen = "127.0.0.1:{launcher_port}"\n')  # fmt: skip
-    job = node.submit("-n", "4", "--max-mpl", "4", "--time", "120s", "--", *send_app(60))
+    job = node.submit("-n", "4", "--max-mpl", "4", "--time", "120s", "--", *send_app(150))  # outlasts slow scrapes
     label = str(job)
 
     def vmcpu_job() -> dict | None:

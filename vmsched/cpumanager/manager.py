@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from vmsched import faults
 from vmsched.config import Config
 from vmsched.cpumanager import processes as proc
 from vmsched.cpumanager import shm_layout as L
@@ -28,6 +29,7 @@ from vmsched.cpumanager.table import (
     TableFull,
     remove_table,
 )
+from vmsched.faults import Faults, InjectedFault
 from vmsched.logs import event
 from vmsched.proctrack import ExitWatcher, pidfd_alive
 from vmsched.protocol import Peer, ProtocolError, get_int, get_str
@@ -62,35 +64,11 @@ class _Rank:
 
 RankKey = tuple[int, int]  # (job id, pid)
 
-# Test-only fault injection, off unless this variable is set in the daemon's environment:
-# "handler=OP[,OP...];quantum=N[,N...]" makes those request handlers and those quanta raise.
-FAULTS_ENV = "VMSCHED_CPUMANAGER_FAULTS"
-
-
-class InjectedFault(RuntimeError):
-    """Raised where `Faults` says (tests of the daemon's fault boundaries)."""
-
-
-@dataclass(frozen=True)
-class Faults:
-    handlers: frozenset[str] = frozenset()
-    quanta: frozenset[int] = frozenset()
+FAULTS_ENV = "VMSCHED_CPUMANAGER_FAULTS"  # test-only fault injection (vmsched/faults.py)
 
 
 def parse_faults(spec: str | None) -> Faults:
-    """`FAULTS_ENV`'s value; ValueError with a clear message when it is malformed."""
-    handlers: set[str] = set()
-    quanta: set[int] = set()
-    for part in filter(None, (p.strip() for p in (spec or "").split(";"))):
-        key, _, values = part.partition("=")
-        items = [v.strip() for v in values.split(",") if v.strip()]
-        if key.strip() == "handler" and items:
-            handlers.update(items)
-        elif key.strip() == "quantum" and items and all(v.isdigit() for v in items):
-            quanta.update(int(v) for v in items)
-        else:
-            raise ValueError(f"{FAULTS_ENV}: cannot parse {part!r} (want handler=OP,... or quantum=N,...)")
-    return Faults(frozenset(handlers), frozenset(quanta))
+    return faults.parse_faults(spec, FAULTS_ENV, "quantum")
 
 
 def _wkey(key: RankKey) -> tuple[str, int, int]:
@@ -395,7 +373,7 @@ class CpuManager:
         self.quanta += 1
         with self.table.locked():
             self.table.set_heartbeat(self.quanta)
-        if self.quanta in self.faults.quanta:
+        if self.quanta in self.faults.steps:
             raise InjectedFault(f"injected fault in quantum {self.quanta}")
         # Exits, learnt from pidfds.
         ended_jobs: set[int] = set()

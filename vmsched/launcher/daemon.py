@@ -12,6 +12,7 @@ from vmsched.config import ConfigError, load_config
 from vmsched.cpumanager.client import CpuManagerClient
 from vmsched.daemon import request_socket, serve_forever
 from vmsched.exporter import open_endpoint
+from vmsched.faults import parse_faults
 from vmsched.launcher.exporter import LauncherCollector
 from vmsched.launcher.service import Launcher, load_policy
 from vmsched.launcher.store import Store
@@ -20,6 +21,7 @@ from vmsched.notify import Notifier
 from vmsched.proctrack import pid_alive_cmd
 from vmsched.protocol import DaemonUnavailable
 
+FAULTS_ENV = "VMSCHED_LAUNCHER_FAULTS"  # test-only fault injection (vmsched/faults.py)
 log = logging.getLogger("vm-launcher")
 
 
@@ -49,6 +51,7 @@ def main(argv: list[str] | None = None) -> int:
         overrides = {"launcher": {"policy": args.policy, "queue_type": args.queue_type, "overrun": args.overrun}}
         cfg = load_config(args.config, args.state_dir, overrides)
         policy = load_policy(cfg)
+        faults = parse_faults(os.environ.get(FAULTS_ENV), FAULTS_ENV, "pass")
     except (ConfigError, ValueError) as e:
         print(f"vm-launcher: {e}", file=sys.stderr)
         return 2
@@ -86,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     cfg.db_path.chmod(0o600)  # it holds every job's environment
     cfg.jobs_dir.chmod(0o711)
     try:
-        svc = Launcher(cfg, store, cpu, policy)
+        svc = Launcher(cfg, store, cpu, policy, faults)
     except ValueError as e:  # e.g. energy_source = "rapl" on a node without readable RAPL counters
         log.error("%s", e)
         print(f"vm-launcher: {e}", file=sys.stderr)

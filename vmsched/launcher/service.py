@@ -22,6 +22,7 @@ import psutil
 
 from vmsched.config import Config
 from vmsched.cpumanager.client import CpuManagerClient
+from vmsched.faults import Faults, InjectedFault
 from vmsched.launcher import runner
 from vmsched.launcher.dependencies import checked_dependency, creates_cycle, hold_reason
 from vmsched.launcher.energy import EnergyMeter, cpu_seconds_between, split_energy
@@ -52,7 +53,10 @@ PASS_RETRY_S = 1.0  # a scheduling pass that raised is tried again this much lat
 
 
 class Launcher:
-    def __init__(self, cfg: Config, store: Store, cpu: CpuManagerClient, policy: PolicyConfig) -> None:
+    def __init__(self, cfg: Config, store: Store, cpu: CpuManagerClient, policy: PolicyConfig,
+                 faults: Faults | None = None) -> None:  # fmt: skip
+        self.faults = faults or Faults()  # test-only fault injection (vmsched/faults.py)
+        self.passes = 0
         self.cfg = cfg
         self.store = store
         self.cpu = cpu
@@ -91,11 +95,19 @@ class Launcher:
 
     # -- request handlers ------------------------------------------------------------------------
     def handlers(self) -> dict[str, Any]:
-        return {
+        plain = {
             "submit": self.submit, "queue": self.queue, "cancel": self.cancel, "acct": self.acct,
             "job": self.job_info, "ping": lambda m: {"pid": os.getpid()}, "pause": self.pause,
             "info": self.info, "set_policy": self.set_policy,
         }  # fmt: skip
+        return {op: self._injected(op, fn) if op in self.faults.handlers else fn for op, fn in plain.items()}
+
+    @staticmethod
+    def _injected(op: str, fn: Any) -> Any:
+        def fail(msg: dict[str, Any]) -> dict[str, Any]:
+            raise InjectedFault(f"injected fault in handler {op!r}")
+
+        return fail
 
     def _peer(self, msg: dict[str, Any]) -> Peer:
         peer = msg.get("_peer")
@@ -448,6 +460,9 @@ class Launcher:
     def schedule(self, now: float) -> None:
         self.dirty, self.dirty_since = False, None
         self.last_pass = now
+        self.passes += 1
+        if self.passes in self.faults.steps:
+            raise InjectedFault(f"injected fault in scheduling pass {self.passes}")
         if self.paused:
             self.next_event = None
             self.reasons = {j.id: PAUSED for j in self.store.jobs(("queued",))}
