@@ -27,7 +27,8 @@ from vmsched.protocol import Client
 from vmsched.vmruntime.testing import compile_c_program
 
 RING = Path(__file__).parent / "c" / "ring.c"
-CAP_NUMBERS = {"CAP_DAC_READ_SEARCH": 2, "CAP_KILL": 5, "CAP_SETGID": 6, "CAP_SETUID": 7, "CAP_SYS_NICE": 23}
+CAP_NUMBERS = {"CAP_CHOWN": 0, "CAP_DAC_OVERRIDE": 1, "CAP_DAC_READ_SEARCH": 2, "CAP_FOWNER": 3, "CAP_KILL": 5,
+               "CAP_SETGID": 6, "CAP_SETUID": 7, "CAP_SYS_NICE": 23}  # fmt: skip
 
 
 def granted(name: str) -> list[str]:
@@ -58,7 +59,8 @@ def world_dir() -> Iterator[Path]:
 
 
 def test_units_grant_only_a_few_capabilities():
-    assert sorted(granted("vm-cpumanager.service")) == ["CAP_KILL", "CAP_SYS_NICE"]
+    assert sorted(granted("vm-cpumanager.service")) == ["CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FOWNER", "CAP_KILL",
+                                                         "CAP_SYS_NICE"]  # fmt: skip
     assert sorted(granted("vm-launcher.service")) == ["CAP_DAC_READ_SEARCH", "CAP_KILL", "CAP_SETGID", "CAP_SETUID"]
     cm = unit("vm-cpumanager.service")["Service"]
     assert cm["ProtectSystem"] == "strict" and cm["ProtectHome"] == "yes" and cm["PrivateTmp"] == "yes"

@@ -271,20 +271,21 @@ def test_cancel_leaves_no_process_and_no_shared_memory(node_factory):
 
 
 def test_failing_requests_and_passes_are_logged_and_the_launcher_goes_on():
-    """Test-only fault injection (vmsched/faults.py): the 'queue' handler and scheduling passes 1-3
+    """Test-only fault injection (vmsched/faults.py): the 'job' handler and scheduling passes 1-3
     raise. Each failing request gets an error reply, each failure is logged with its traceback, the
     passes are retried, and the job still starts and completes with a verified result."""
-    env = {**os.environ, "VMSCHED_LAUNCHER_FAULTS": "handler=queue;pass=1,2,3"}
-    node = Node("fcfs", base_env=env).start()
+    env = {**os.environ, "VMSCHED_LAUNCHER_FAULTS": "handler=job;pass=1,2,3"}
+    node = Node("fcfs", base_env=env)
     try:
-        r = node.cli("vmq", "--json", check=False)
-        assert r.returncode != 0 and "internal error in 'queue'" in r.stderr and "injected fault" in r.stderr
+        node.start()
         job = node.submit("-n", "2", "--time", "30s", "--", *send_app(5))
+        r = node.cli("vmq", "-j", str(job), "--json", check=False)
+        assert r.returncode != 0 and "internal error in 'job'" in r.stderr and "injected fault" in r.stderr
         done = wait_for(lambda: (a := node.acct()).get(job, {}).get("state") == "completed" and a, timeout=120,
                         interval=0.3, what="the job to complete despite the failing passes")  # fmt: skip
         assert vmapp_result(node.output(job))["verified"] and done[job]["nranks"] == 2
         log = node.cfg.launcher_log.read_text()
-        for needle in ("request 'queue' failed", "scheduling pass failed", "InjectedFault: injected fault in "
+        for needle in ("request 'job' failed", "scheduling pass failed", "InjectedFault: injected fault in "
                        "scheduling pass 3", "Traceback"):  # fmt: skip
             assert needle in log, needle
         assert "scheduling pass 4" not in log and node.launcher.poll() is None
