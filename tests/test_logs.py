@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import signal
 import subprocess
 from collections.abc import Iterator
@@ -104,4 +105,6 @@ def test_job_events_name_job_user_action_reason(node_factory):
     assert 'reason="' in next(line for line in mine if "action=start" in line)
     assert "state=completed exit_code=0" in mine[-1]
     cm_log = (node.state / "cpumanager.log").read_text()
-    assert f"action=admit job={job} ranks=2 " in cm_log and f"action=release job={job} reason=finished" in cm_log
+    assert f"action=admit job={job} ranks=2 " in cm_log
+    # Released by whichever notices the end first: the manager (its leader exited) or the launcher.
+    assert re.search(rf'action=release job={job} reason=(finished|"released by request") ', cm_log), cm_log
