@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import pwd
 import sys
 import time
 from collections.abc import Callable
@@ -247,6 +248,23 @@ def _states(text: str, allowed: tuple[str, ...]) -> set[str]:
     return states
 
 
+def _users(text: str) -> set[str]:
+    """-u/--user: comma-separated names, each a user of this node (a typo must not look like "no jobs")."""
+    names = {u.strip() for u in text.split(",") if u.strip()}
+    unknown = sorted(n for n in names if not _is_user(n))
+    if unknown or not names:
+        raise RequestError(f"-u/--user: unknown user(s) {', '.join(unknown) or '(none given)'}")
+    return names
+
+
+def _is_user(name: str) -> bool:
+    try:
+        pwd.getpwnam(name)
+    except KeyError:
+        return False
+    return True
+
+
 def q_main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="vmq", description="Show the queue and the running jobs.")
     p.add_argument("-j", "--job", type=int, help="details and history of one job")
@@ -259,7 +277,7 @@ def q_main(argv: list[str] | None = None) -> int:
     def body() -> int:
         fields = _fields(args.format or Q_DEFAULT, Q_FIELDS)
         states = _states(args.state, ACTIVE) if args.state else None
-        users = {u.strip() for u in args.user.split(",")} if args.user else None
+        users = _users(args.user) if args.user else None
         with LauncherClient(args.config, args.state_dir) as c:
             if args.job is not None:
                 info = c.call("job", job=args.job)
@@ -374,7 +392,9 @@ def acct_main(argv: list[str] | None = None) -> int:
         now = time.time()
         query: dict[str, Any] = {"limit": args.limit}
         if args.user:
-            query["user"] = args.user
+            if len(_users(args.user)) != 1:
+                raise RequestError("-u/--user: vmacct takes one user name")
+            query["user"] = args.user.strip()
         if args.starttime:
             query["start"] = parse_time(args.starttime, now, "start time")
         if args.endtime:
