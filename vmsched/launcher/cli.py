@@ -21,8 +21,8 @@ from vmsched.config import ConfigError, format_cpu_list, load_config
 from vmsched.launcher.acct import acct_row, energy_by_user
 from vmsched.launcher.dependencies import parse_dependency
 from vmsched.launcher.jobscript import PREFIX, directives, read_script, script_command
+from vmsched.launcher.lifecycle import ACTIVE, FINISHED
 from vmsched.launcher.requests import RequestError, export_env, parse_deadline, parse_duration, parse_procs, parse_time
-from vmsched.launcher.store import ACTIVE, FINISHED
 from vmsched.protocol import Client, DaemonUnavailable, ProtocolError
 from vmsched.tables import Column, console, fitted_table
 

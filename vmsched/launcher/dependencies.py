@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 
+from vmsched.launcher.lifecycle import FINISHED
 from vmsched.launcher.requests import RequestError
-from vmsched.launcher.store import FINISHED
 
 TYPES = ("afterok", "afterany")
 Dependency = tuple[str, int]
