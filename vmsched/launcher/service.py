@@ -37,10 +37,13 @@ from vmsched.launcher.store import JobRecord, Store
 from vmsched.logs import event
 from vmsched.proctrack import ExitWatcher
 from vmsched.protocol import DaemonUnavailable, Peer, ProtocolError, get_int
+from vmsched.vmruntime.supervisor import HYDRA_EXIT_S
 
 log = logging.getLogger("vm-launcher")
 
-KILL_GRACE_S = 5.0
+# The shim kills a job's ranks [jobs] kill_grace_s after SIGTERM (vmsched/vmruntime/supervisor.py); the
+# launcher SIGKILLs the whole process group only if even that has not ended it this much later.
+BACKSTOP_S = HYDRA_EXIT_S + 1.0
 
 
 def user_name(uid: int) -> str:
@@ -392,7 +395,7 @@ class Launcher:
     def _kill(self, job: JobRecord) -> None:
         if job.shim_pid:
             runner.kill(job.shim_pid)
-            self.kill_deadline[job.id] = time.time() + KILL_GRACE_S
+            self.kill_deadline[job.id] = time.time() + self.cfg.jobs.kill_grace_s + BACKSTOP_S
 
     def sample_partitions(self, now: float) -> None:
         """Record each running job's partition changes (CPUs, MPL, queue type) into its history."""
