@@ -102,8 +102,10 @@ def end_cause_for(job: JobRecord, exit_code: int | None, have_status: bool) -> E
 
 # -- transitions: each is one transaction (the row and its event) -------------------------------------
 def cancel_queued(store: Store, job: JobRecord, reason: str) -> None:
-    store.update(job.id, "cancel", state=JobState.CANCELLED.value, end_cause=EndCause.CANCELLED.value,
-                 end_time=time.time(), reason=reason)  # fmt: skip
+    """A queued job is cancelled: it ends at once (its cancel and its one end event)."""
+    end = {"exit_code": None, "state": JobState.CANCELLED.value, "end_cause": EndCause.CANCELLED.value}
+    store.update_logged(job.id, [("cancel", {}), ("end", end)], state=JobState.CANCELLED.value,
+                        end_cause=EndCause.CANCELLED.value, end_time=time.time(), reason=reason)  # fmt: skip
 
 
 def stopping(store: Store, job: JobRecord, cause: EndCause, reason: str, event: str, requeue: bool = False,

@@ -351,7 +351,7 @@ class Launcher:
             reason = "the job's shim vanished without a status" if cause == EndCause.LOST and status is None else None
             cpu_s = _cpu_seconds(self.store.events(job.id), job.start_time, end)
             state = lifecycle.ended(self.store, job, cause, code, end, cpu_s, reason)
-            event(log, "end", job=job.id, user=job.user, state=state.value, end_cause=cause.value, exit_code=code,
+            event(log, "end", job=job.id, user=job.user, state=state.value, exit_code=code, end_cause=cause.value,
                   reason=reason or job.reason or None)  # fmt: skip
         self.dirty = True
 

@@ -172,14 +172,17 @@ class Store:
 
     def update(self, job_id: int, event: str | None = None, data: dict[str, Any] | None = None, **values: Any) -> None:
         """Change a job's columns and log an event, in one transaction."""
+        self.update_logged(job_id, [(event, data or {})] if event else [], **values)
+
+    def update_logged(self, job_id: int, events: list[tuple[str, dict[str, Any]]], **values: Any) -> None:
+        """Change a job's columns and log events, in one transaction."""
         with self.tx() as db:
             if values:
                 sets = ", ".join(f"{k} = ?" for k in values)
                 db.execute(f"UPDATE jobs SET {sets} WHERE id = ?", (*values.values(), job_id))
-            if event:
-                db.execute(
-                    "INSERT INTO events VALUES (?, ?, ?, ?)", (job_id, time.time(), event, json.dumps(data or {}))
-                )
+            now = time.time()
+            for kind, data in events:
+                db.execute("INSERT INTO events VALUES (?, ?, ?, ?)", (job_id, now, kind, json.dumps(data)))
 
     def log(self, job_id: int, event: str, data: dict[str, Any], when: float | None = None) -> None:
         self.db.execute(
