@@ -70,3 +70,34 @@ def test_start_faults_name_known_steps(tmp_path):
         parse_faults("start=launch", "V", "pass", START_STEPS)
     with pytest.raises(ValueError, match="cannot parse 'start=spawn'"):
         parse_faults("start=spawn", "V", "quantum")  # the CPU manager has no start steps
+
+
+def test_an_admission_left_by_a_launcher_that_died_mid_start_is_released():
+    """The launcher dies between a start's admit and its store step (here: SIGKILLed, and the admission
+    made for it): the restarted launcher releases the admission no job of its store holds, and the job,
+    still queued, starts and completes."""
+    from vmsched.protocol import Client
+
+    node = Node("fcfs")
+    try:
+        node.start()
+        with Client(node.cfg.launcher_socket, what="launcher") as c:
+            c.call("pause", paused=True)
+        job = node.submit("-n", "2", "--time", "30s", "--", *send_app(5))
+        assert node.launcher is not None
+        node.launcher.kill()
+        node.launcher.wait()
+        with node.cm.client() as c:
+            c.admit(job, 2, 1, uid=0)  # what the dead launcher's admit step did
+        assert job in _admitted(node)
+        node.start_launcher()
+        wait_for(lambda: job not in _admitted(node), timeout=30, interval=0.1, what="the admission to be released")
+        assert node.job(job)["job"]["state"] == "queued"
+        assert "admitted by a start the launcher never recorded" in node.cfg.launcher_log.read_text()
+        with Client(node.cfg.launcher_socket, what="launcher") as c:
+            c.call("pause", paused=False)
+        done = wait_for(lambda: (a := node.acct()).get(job, {}).get("state") == "completed" and a, timeout=120,
+                        interval=0.2, what="the job to complete")  # fmt: skip
+        assert done[job]["end_cause"] == "completed" and vmapp_result(node.output(job))["verified"]
+    finally:
+        node.stop()

@@ -97,6 +97,26 @@ class Launcher:
                     self.store.update(job.id, "recovered", state=JobState.RUNNING.value)
                 continue
             self._ended(job)
+        self._release_unrecorded()
+
+    def _release_unrecorded(self) -> None:
+        """A launcher that died between a start's admit and its store step left an admission that no job
+        of the store holds (its leader was never set, so the CPU manager would keep it): release it."""
+        try:
+            admitted = [j["job"] for j in self.cpu.status()["jobs"]]
+        except (DaemonUnavailable, ProtocolError) as e:
+            log.warning("CPU manager status: %s", e)
+            return
+        for job_id in admitted:
+            job = self.store.job(job_id)  # None: not the launcher's (a vmrun job)
+            if job is not None and job.state not in HOLDING:
+                try:
+                    self.cpu.release(job_id)
+                except (DaemonUnavailable, ProtocolError) as e:
+                    log.warning("job %d: releasing its unrecorded admission: %s", job_id, e)
+                    continue
+                why = "admitted by a start the launcher never recorded"
+                event(log, "release", job=job_id, user=job.user, reason=why)
 
     # -- request handlers ------------------------------------------------------------------------
     def handlers(self) -> dict[str, Any]:
