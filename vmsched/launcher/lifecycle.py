@@ -219,6 +219,8 @@ def _undo(store: Store, job: JobRecord, step: str, error: Exception, done: list[
     transient = step == "admit" or isinstance(error, DaemonUnavailable)
     state = JobState.QUEUED if transient else JobState.FAILED
     reason = f"start failed at {step}: {error}" + ("; requeued" if transient else "")
+    if step == "admit":  # nothing to undo or record (the row is still queued); no event per retried pass
+        return state
     try:
         if transient:
             store.update(job.id, "start_failed", {"step": step, "error": str(error)}, state=state.value,
