@@ -5,8 +5,10 @@ of each daemon (each restarted, recovering from the store / the shared table), t
 - every completed job's result verified;
 - zero leaked processes: the bench is a child subreaper, so every process the run started (the daemons,
   the shims of a killed launcher, mpiexec, ranks) stays its descendant; none may be left, none stopped;
-- zero /dev/shm entries: the instance's (table, lock, per-job segments) and MPICH's `mpich_shm_*`
-  created during the run that no live process maps (another user's running job maps its own);
+- zero /dev/shm entries: the instance's (table, lock, per-job segments) and the MPICH segments
+  (`mpich_shm_*`) that a job's supervisor saw its processes map (noted in the job's status file). New
+  `mpich_shm_*` that no live process maps and no job of the soak was seen to map are counted apart
+  (`unattributed_shm`): on a machine shared with other work they may be someone else's;
 - zero temporary files: the daemons and jobs get a private TMPDIR, which must be empty at the end.
 
     python bench/soak.py [--jobs 200] [--seed 1] [--kills 2] [--cpus 0-1]
@@ -228,11 +230,24 @@ class Soak:
         stopped = [p for p in left if _status(p) == psutil.STATUS_STOPPED]
         new = set(os.listdir("/dev/shm")) - self.shm_before
         mapped = _mapped_shm()
-        shm = sorted(n for n in new if self.cfg.instance in n or (n.startswith("mpich_shm_") and n not in mapped))
+        noted = self.noted_shm()
+        shm = sorted(n for n in new if self.cfg.instance in n or n in noted)
+        other = sorted(n for n in new if n.startswith("mpich_shm_") and n not in mapped and n not in noted)
         tmp = sorted(os.listdir(self.tmp))
         return {"leaked_processes": len(left), "stopped_processes": len(stopped), "leaked_shm": len(shm),
-                "leaked_tmp": len(tmp), "_detail": {"processes": [_describe(p) for p in left], "shm": shm,
-                                                    "tmp": tmp}}  # fmt: skip
+                "leaked_tmp": len(tmp), "unattributed_shm": len(other),
+                "_detail": {"processes": [_describe(p) for p in left], "shm": shm, "tmp": tmp,
+                            "unattributed_shm": other}}  # fmt: skip
+
+    def noted_shm(self) -> set[str]:
+        """Names of the segments the soak's jobs were seen to map (their shims' status files)."""
+        names: set[str] = set()
+        for status in self.cfg.jobs_dir.glob("*/status.json"):
+            try:
+                names.update(Path(p).name for p in json.loads(status.read_text()).get("noted_shm", []))
+            except (OSError, ValueError):
+                continue
+        return names
 
 
 def _status(p: psutil.Process) -> str | None:
@@ -294,7 +309,7 @@ def main(argv: list[str] | None = None) -> int:
     table.add_column("check")
     table.add_column("value", justify="right")
     for k in ("jobs", "ended_once", "unverified_completed", "leaked_processes", "stopped_processes", "leaked_shm",
-              "leaked_tmp", "cancel_requests"):  # fmt: skip
+              "leaked_tmp", "unattributed_shm", "cancel_requests"):  # fmt: skip
         table.add_row(k, str(result[k]))
     table.add_row("states", ", ".join(f"{k} {v}" for k, v in sorted(result["states"].items())))
     table.add_row("end causes", ", ".join(f"{k} {v}" for k, v in sorted(result["end_causes"].items())))

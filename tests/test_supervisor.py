@@ -24,7 +24,8 @@ SUPERVISOR = """
 import json, subprocess, sys
 from vmsched.vmruntime.supervisor import supervise
 o = supervise(lambda: subprocess.Popen(sys.argv[2:]), float(sys.argv[1]))
-print(json.dumps({"exit_code": o.exit_code, "escalated": o.escalated, "removed_shm": o.removed_shm}))
+print(json.dumps({"exit_code": o.exit_code, "escalated": o.escalated, "removed_shm": o.removed_shm,
+                  "noted_shm": o.noted_shm}))
 """
 
 # A job: writes its pid and its child's pid, maps a /dev/shm segment (as MPICH's ranks do), and a child
@@ -75,7 +76,7 @@ def test_sigterm_is_forwarded_and_the_exit_status_kept(tmp_path):
         sup.send_signal(signal.SIGTERM)
         o = _outcome(sup)
         assert time.monotonic() - t0 < 10, "ended by itself, long before the grace time"
-        assert o == {"exit_code": 7, "escalated": False, "removed_shm": [str(seg)]}
+        assert o == {"exit_code": 7, "escalated": False, "removed_shm": [str(seg)], "noted_shm": [str(seg)]}
         assert (tmp_path / "pids.term").read_text() == "got it"
         assert not seg.exists() and bystander.exists()
         assert not any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE for p in pids)
@@ -95,7 +96,7 @@ def test_a_rank_that_ignores_sigterm_is_killed_after_the_grace_time(tmp_path):
         took = time.monotonic() - t0
         assert grace <= took < grace + 5, took
         # The rank was SIGKILLed; its parent, whose SIGTERM handler waited for it, then exited 7 by itself.
-        assert o == {"exit_code": 7, "escalated": True, "removed_shm": [str(seg)]}
+        assert o == {"exit_code": 7, "escalated": True, "removed_shm": [str(seg)], "noted_shm": [str(seg)]}
         assert not rank.is_running() or rank.status() == psutil.STATUS_ZOMBIE
         assert not seg.exists()
     finally:

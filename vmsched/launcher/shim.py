@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
         write_status(args.status, started=True, exit_code=127, start_time=start, end_time=time.time(), error=str(e))
         return 127
     write_status(args.status, started=True, exit_code=outcome.exit_code, start_time=start, end_time=time.time(),
-                 removed_shm=outcome.removed_shm, escalated=outcome.escalated)  # fmt: skip
+                 removed_shm=outcome.removed_shm, noted_shm=outcome.noted_shm, escalated=outcome.escalated)  # fmt: skip
     return 0
 
 

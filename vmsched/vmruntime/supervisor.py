@@ -36,7 +36,8 @@ TERMINATING = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 class Outcome:
     exit_code: int  # the job's status, 128 + N for a death by signal N
     escalated: bool  # its processes were killed after the grace time
-    removed_shm: list[str] = field(default_factory=list)
+    removed_shm: list[str] = field(default_factory=list)  # left behind by the job, removed
+    noted_shm: list[str] = field(default_factory=list)  # every segment its processes were seen to map
 
 
 def exit_status(returncode: int) -> int:
@@ -99,7 +100,7 @@ def _wait(child: subprocess.Popen, signalled: list[float], grace_s: float) -> Ou
             if signalled and not escalated and time.monotonic() >= signalled[0] + grace_s:
                 escalated = True
                 kill_tree(child)
-    return Outcome(exit_status(rc), escalated, remove_leftovers(segments))
+    return Outcome(exit_status(rc), escalated, remove_leftovers(segments), sorted(segments))
 
 
 def kill_tree(child: subprocess.Popen) -> None:
