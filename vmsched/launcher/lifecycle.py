@@ -114,8 +114,8 @@ def stopping(store: Store, job: JobRecord, cause: EndCause, reason: str, event: 
     if requeue:
         store.update(job.id, event, data, state=JobState.ABORTING.value, reason=reason)
     else:
-        state = JobState.RUNNING if job.state == JobState.STARTING else job.state
-        store.update(job.id, event, data, state=str(state), end_cause=cause.value, reason=reason)
+        # An aborting job that is cancelled now ends (cancelled) instead of going back to the queue.
+        store.update(job.id, event, data, state=JobState.RUNNING.value, end_cause=cause.value, reason=reason)
 
 
 def requeue(store: Store, job: JobRecord, why: str) -> None:

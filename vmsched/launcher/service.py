@@ -360,7 +360,7 @@ class Launcher:
         # The shim said so, or the launcher died before the shim was even spawned.
         never_started = (status is None and job.state == JobState.STARTING) or (
             status is not None and not status["started"])  # fmt: skip
-        if job.state == JobState.ABORTING or never_started:
+        if job.state == JobState.ABORTING or (never_started and job.end_cause is None):  # else: stopped on purpose
             why = "window expired: requeued" if job.state == JobState.ABORTING else "never started: requeued"
             lifecycle.requeue(self.store, job, why)
             event(log, "requeue", job=job.id, user=job.user, reason=why)
