@@ -12,10 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from vmsched.config import Config, load_config
-from vmsched.cpumanager.client import CpuManagerClient
-from vmsched.cpumanager.table import remove_table
-from vmsched.protocol import DaemonUnavailable
+from vmsched.vmruntime.testing import DaemonLeak, Manager
 
 BIN = Path(sys.executable).parent
 REPO = Path(__file__).resolve().parents[1]
@@ -33,63 +30,27 @@ def wait_for(predicate, timeout: float = 10.0, interval: float = 0.005, what: st
         time.sleep(interval)
 
 
-class CpuManagerProcess:
-    """A real `vm-cpumanager` started as a subprocess on its own state directory."""
+class CpuManagerProcess(Manager):
+    """The one daemon harness (vmsched.vmruntime.testing.Manager) with the suite's bookkeeping: its instance
+    is checked for leaked shared memory at the end of the session, and its failures fail the test."""
 
     def __init__(self, state_dir: Path, cpus: str = "0-1", quantum_ms: float = 10.0, *extra: str,
                  bin_dir: Path = BIN, env: dict[str, str] | None = None, cwd: Path | None = None) -> None:  # fmt: skip
-        self.state_dir = state_dir
-        self.cfg: Config = load_config(state_dir=state_dir)
-        self.args = [str(bin_dir / "vm-cpumanager"), "--state-dir", str(state_dir), "--cpus", cpus,
-                     "--quantum-ms", str(quantum_ms), *extra]  # fmt: skip
-        self.env, self.cwd = env, cwd
-        self.proc: subprocess.Popen | None = None
+        super().__init__(state_dir, cpus, quantum_ms, extra, bin_dir=bin_dir, env=env, cwd=cwd)
 
-    def start(self) -> CpuManagerProcess:
+    def start(self, timeout: float = 15.0) -> CpuManagerProcess:
         STARTED_INSTANCES.add(self.cfg.instance)
-        # stderr to a file, not a pipe: nobody reads a pipe while the daemon runs, and a daemon that logs
-        # enough (a rejected request is a warning line) would block on a full pipe and hang.
-        self.state_dir.mkdir(parents=True, exist_ok=True)
-        self.stderr_path = self.state_dir / "cpumanager.stderr"
-        self.stderr = open(self.stderr_path, "w")  # noqa: SIM115 - closed in stop()
-        self.proc = subprocess.Popen(self.args, stdout=subprocess.DEVNULL, stderr=self.stderr, text=True,
-                                     env=self.env, cwd=self.cwd)  # fmt: skip
-        client = CpuManagerClient(self.cfg, timeout_s=1.0)
-
-        def up() -> bool:
-            if self.proc.poll() is not None:
-                pytest.fail(f"vm-cpumanager exited with {self.proc.returncode}: {self.stderr_path.read_text()}")
-            try:
-                return client.call("ping")["pid"] == self.proc.pid
-            except DaemonUnavailable:
-                return False
-
-        wait_for(up, what="the CPU manager to answer")
-        client.close()
+        try:
+            super().start(timeout)
+        except DaemonLeak as e:
+            pytest.fail(str(e))
         return self
 
-    def client(self) -> CpuManagerClient:
-        return CpuManagerClient(self.cfg, timeout_s=5.0)
-
-    def kill(self, sig: int = signal.SIGKILL) -> None:
-        assert self.proc is not None
-        self.proc.send_signal(sig)
-        self.proc.wait(timeout=10)
-
-    def stop(self) -> int:
-        if self.proc is None or self.proc.poll() is not None:
-            return self.proc.returncode if self.proc else 0
-        self.proc.send_signal(signal.SIGTERM)
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 10.0) -> int:
         try:
-            return self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            # Do not leak a hung daemon or its segment into the rest of the suite; fail loudly.
-            self.proc.kill()
-            self.proc.wait()
-            remove_table(self.cfg.shm_name, self.cfg.lock_name)
-            pytest.fail("vm-cpumanager did not stop on SIGTERM within 10 s")
-        finally:
-            self.stderr.close()
+            return super().stop(sig, timeout) or 0
+        except DaemonLeak as e:
+            pytest.fail(str(e))
 
 
 @pytest.fixture

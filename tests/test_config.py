@@ -11,6 +11,7 @@ from vmsched.config import (
     Config,
     ConfigError,
     CpuManagerConfig,
+    JobsConfig,
     LauncherConfig,
     format_cpu_list,
     load_config,
@@ -24,8 +25,8 @@ def test_documented_config_is_the_defaults(tmp_path):
     documented = load_config(REPO / "systemd" / "vmsched.toml", state_dir=tmp_path)
     assert documented.cpumanager == CpuManagerConfig()
     text = (REPO / "systemd" / "vmsched.toml").read_text()
-    assert documented.launcher == LauncherConfig()
-    for f in fields(CpuManagerConfig) + fields(LauncherConfig):
+    assert documented.launcher == LauncherConfig() and documented.jobs == JobsConfig()
+    for f in fields(CpuManagerConfig) + fields(LauncherConfig) + fields(JobsConfig):
         assert f"\n{f.name} =" in text, f"option {f.name} is not documented in systemd/vmsched.toml"
 
 

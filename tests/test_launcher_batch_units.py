@@ -61,8 +61,9 @@ def test_export_env():
             export_env(bad, env)
 
 
-# The first version's jobs table: today's, less the columns added since.
+# The first version's jobs table: today's, less the columns added since (in version 2, then 3).
 NEW_COLUMNS = ", dependency TEXT NOT NULL DEFAULT '[]', begin_time REAL, energy_j REAL"
+V3_COLUMNS = ",\n    end_cause TEXT"
 OLD_JOB = """INSERT INTO jobs (uid, gid, user, name, command, cwd, env, stdout, stderr, procs, job_class, estimate,
                   submit_time, state, end_time, cpu_seconds)
 VALUES (0, 0, 'root', 'old', '["true"]', '/', '{}', '', '', '[2]', 'short', 60, 1.0, 'completed', 5.0, 8.0);"""
@@ -70,9 +71,9 @@ VALUES (0, 0, 'root', 'old', '["true"]', '/', '{}', '', '', '[2]', 'short', 60, 
 
 def test_a_database_of_the_first_version_is_migrated_and_keeps_its_jobs(tmp_path):
     path = tmp_path / "vmsched.db"
-    assert NEW_COLUMNS in _SCHEMA
+    assert NEW_COLUMNS + V3_COLUMNS in _SCHEMA
     db = sqlite3.connect(path)
-    db.executescript(_SCHEMA.replace(NEW_COLUMNS, "") + OLD_JOB)
+    db.executescript(_SCHEMA.replace(NEW_COLUMNS + V3_COLUMNS, "") + OLD_JOB)
     assert "begin_time" not in {r[1] for r in db.execute("PRAGMA table_info(jobs)")}
     db.close()
     store = Store(path)
@@ -83,3 +84,44 @@ def test_a_database_of_the_first_version_is_migrated_and_keeps_its_jobs(tmp_path
     assert store.next_id() == 2
     store.close()
     assert Store(path).job(1) == job  # opening it again changes nothing
+
+
+# Jobs as a version-2 launcher left them: the end cause only in the reason text (and one stop under way).
+V2_JOBS = [  # state, reason, the end cause derived from them
+    ("completed", "", "completed"),
+    ("failed", "", "failed"),
+    ("failed", "could not start: [Errno 2] No such file or directory: '/gone'", "start-failed"),
+    ("cancelled", "cancelled by user", "cancelled"),
+    ("cancelled", "cancelled: window expired", "aborted"),
+    ("timeout", "time limit 10s exceeded", "killed-at-limit"),
+    ("lost", "the job's shim vanished without a status", "lost"),
+    ("running", "cancelled by user", "cancelled"),  # cancelled, its shim not yet gone
+    ("running", "", None),
+    ("queued", "never started: requeued", None),
+]
+
+
+def test_a_version_2_database_gets_end_causes_derived_once_from_the_reasons(tmp_path):
+    path = tmp_path / "vmsched.db"
+    db = sqlite3.connect(path)
+    db.executescript(_SCHEMA.replace(V3_COLUMNS, ""))
+    for state, reason, _ in V2_JOBS:
+        db.execute(
+            "INSERT INTO jobs (uid, gid, user, name, command, cwd, env, stdout, stderr, procs, job_class, estimate,"
+            " submit_time, state, reason) VALUES (0, 0, 'root', 'j', '[\"true\"]', '/', '{}', '', '', '[2]',"
+            " 'short', 60, 1.0, ?, ?)",
+            (state, reason),
+        )
+    db.execute("INSERT INTO meta VALUES ('schema_version', '2')")
+    db.commit()
+    assert "end_cause" not in {r[1] for r in db.execute("PRAGMA table_info(jobs)")}
+    db.close()
+    store = Store(path)
+    assert SCHEMA_VERSION == 3 and store.meta("schema_version") == "3"
+    got = [(j.state, j.reason, j.end_cause) for j in (store.job(i + 1) for i in range(len(V2_JOBS)))]
+    assert got == V2_JOBS
+    assert {j.state for j in store.finished()} == {"completed", "failed", "cancelled", "timeout", "lost"}
+    # Derived once: a later opening keeps what is stored (here a cause changed since) and adds nothing.
+    store.db.execute("UPDATE jobs SET end_cause = 'failed' WHERE id = 1")
+    store.close()
+    assert Store(path).job(1).end_cause == "failed"

@@ -98,6 +98,13 @@ class LauncherConfig:
 
 
 @dataclass(frozen=True)
+class JobsConfig:
+    # After SIGTERM/SIGINT (vmcancel, a time limit, Ctrl-C of vmrun) a job gets this long to end by itself,
+    # then its ranks are killed (vmsched/vmruntime/supervisor.py; vmrun and the launcher's shim alike).
+    kill_grace_s: float = 3.0
+
+
+@dataclass(frozen=True)
 class MetricsConfig:
     listen: str = ""  # vm-cpumanager's Prometheus endpoint, HOST:PORT (e.g. "127.0.0.1:9469"); "" = off
     launcher_listen: str = ""  # vm-launcher's, e.g. "127.0.0.1:9470"; "" = off
@@ -113,6 +120,7 @@ class Config:
     state_dir: Path = field(default_factory=default_state_dir)
     cpumanager: CpuManagerConfig = field(default_factory=CpuManagerConfig)
     launcher: LauncherConfig = field(default_factory=LauncherConfig)
+    jobs: JobsConfig = field(default_factory=JobsConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     log: LogConfig = field(default_factory=LogConfig)
     source: str = "defaults"  # where the values came from, for status views
@@ -156,7 +164,13 @@ class Config:
         return self.state_dir / "jobs"
 
 
-_SECTIONS = {"cpumanager": CpuManagerConfig, "launcher": LauncherConfig, "metrics": MetricsConfig, "log": LogConfig}
+_SECTIONS = {
+    "cpumanager": CpuManagerConfig,
+    "launcher": LauncherConfig,
+    "jobs": JobsConfig,
+    "metrics": MetricsConfig,
+    "log": LogConfig,
+}
 
 
 def parse_listen(text: str, option: str) -> tuple[str, int] | None:
@@ -229,6 +243,8 @@ def load_config(
         raise ConfigError("default_queue must be lbd, local or global")
     if cfg.launcher.queue_type not in ("lbd", "local", "global"):
         raise ConfigError("[launcher] queue_type must be lbd, local or global")
+    if cfg.jobs.kill_grace_s <= 0:
+        raise ConfigError("[jobs] kill_grace_s must be > 0")
     if cfg.launcher.overrun not in ("kill", "keep"):
         raise ConfigError("[launcher] overrun must be kill or keep")
     cpm, lm = (parse_listen(cfg.metrics.listen, "[metrics] listen"),

@@ -17,7 +17,8 @@ def acct_row(j: dict[str, Any]) -> dict[str, Any]:
         if e["kind"] == "partition" and (not mpls or mpls[-1] != e["mpl"]):
             mpls.append(e["mpl"])
     return {
-        "id": j["id"], "user": j["user"], "name": j["name"], "state": j["state"], "exit_code": j["exit_code"],
+        "id": j["id"], "user": j["user"], "name": j["name"], "state": j["state"],
+        "end_cause": j.get("end_cause"), "exit_code": j["exit_code"],
         "job_class": j["job_class"], "nranks": j["nranks"], "submit_time": submit, "start_time": start,
         "end_time": end, "wait": wait, "run": run, "response": response,
         "slowdown": response / run if response and run else None, "cpu_seconds": j["cpu_seconds"],

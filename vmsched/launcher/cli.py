@@ -22,8 +22,8 @@ from vmsched.config import ConfigError, format_cpu_list, load_config
 from vmsched.launcher.acct import acct_row, energy_by_user
 from vmsched.launcher.dependencies import parse_dependency
 from vmsched.launcher.jobscript import PREFIX, directives, read_script, script_command
+from vmsched.launcher.lifecycle import ACTIVE, FINISHED, JobState
 from vmsched.launcher.requests import RequestError, export_env, parse_deadline, parse_duration, parse_procs, parse_time
-from vmsched.launcher.store import ACTIVE, FINISHED
 from vmsched.protocol import Client, DaemonUnavailable, ProtocolError
 from vmsched.tables import Column, console, fitted_table
 
@@ -443,4 +443,4 @@ def _write_swf(rows: list[dict[str, Any]], ncpus: int, path: str) -> int:
 
 
 # SWF field 11 (status): 1 completed, 0 failed, 5 cancelled (Parallel Workloads Archive definition).
-SWF_STATUS = {"completed": 1, "failed": 0, "timeout": 0, "lost": 0, "cancelled": 5}
+SWF_STATUS = {JobState.COMPLETED: 1, JobState.FAILED: 0, JobState.TIMEOUT: 0, JobState.LOST: 0, JobState.CANCELLED: 5}

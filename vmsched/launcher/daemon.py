@@ -14,6 +14,7 @@ from vmsched.daemon import request_socket, serve_forever
 from vmsched.exporter import open_endpoint
 from vmsched.faults import parse_faults
 from vmsched.launcher.exporter import LauncherCollector
+from vmsched.launcher.lifecycle import START_STEPS
 from vmsched.launcher.service import Launcher, load_policy
 from vmsched.launcher.store import Store
 from vmsched.logs import LEVELS, event, setup_logging
@@ -51,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
         overrides = {"launcher": {"policy": args.policy, "queue_type": args.queue_type, "overrun": args.overrun}}
         cfg = load_config(args.config, args.state_dir, overrides)
         policy = load_policy(cfg)
-        faults = parse_faults(os.environ.get(FAULTS_ENV), FAULTS_ENV, "pass")
+        faults = parse_faults(os.environ.get(FAULTS_ENV), FAULTS_ENV, "pass", START_STEPS)
     except (ConfigError, ValueError) as e:
         print(f"vm-launcher: {e}", file=sys.stderr)
         return 2

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 
+from vmsched.launcher.lifecycle import FINISHED, JobState
 from vmsched.launcher.requests import RequestError
-from vmsched.launcher.store import FINISHED
 
 TYPES = ("afterok", "afterany")
 Dependency = tuple[str, int]
@@ -67,7 +67,7 @@ def hold_reason(deps: Iterable[Dependency], begin_time: float | None, states: Ma
     waiting = False
     for kind, j in deps:
         state = states.get(j)
-        if state is None or (kind == "afterok" and state in FINISHED and state != "completed"):
+        if state is None or (kind == "afterok" and state in FINISHED and state != JobState.COMPLETED):
             return NEVER
         if state not in FINISHED:
             waiting = True

@@ -16,18 +16,18 @@ from pathlib import Path
 from prometheus_client import Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from vmsched.launcher.store import FINISHED, events_after, open_reader, state_counts
+from vmsched.launcher.lifecycle import FINISHED, HOLDING, JobState
+from vmsched.launcher.store import events_after, open_reader, state_counts
 
 # Waits run from seconds (an idle node) to hours (a full queue).
 WAIT_BUCKETS = (1, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 7200, 14400, 43200, 86400)
-RUNNING = ("starting", "running", "aborting")  # states in which a job holds CPUs (or is about to)
 
 
 def job_gauges(counts: dict[tuple[str, bool], int]) -> GaugeMetricFamily:
     g = GaugeMetricFamily("vmsched_jobs", "Jobs by state: queued, running, suspended", labels=["state"])
-    g.add_metric(["queued"], sum(n for (s, _), n in counts.items() if s == "queued"))
-    g.add_metric(["running"], sum(n for (s, susp), n in counts.items() if s in RUNNING and not susp))
-    g.add_metric(["suspended"], sum(n for (s, susp), n in counts.items() if s in RUNNING and susp))
+    g.add_metric(["queued"], sum(n for (s, _), n in counts.items() if s == JobState.QUEUED))
+    g.add_metric(["running"], sum(n for (s, susp), n in counts.items() if s in HOLDING and not susp))
+    g.add_metric(["suspended"], sum(n for (s, susp), n in counts.items() if s in HOLDING and susp))
     return g
 
 
@@ -35,7 +35,7 @@ def end_counters(counts: dict[tuple[str, bool], int], requeues: int) -> CounterM
     """Ends by cause: the final states, and 'requeued' (a run that ended and went back to the queue)."""
     c = CounterMetricFamily("vmsched_job_ends", "Job runs that ended, by cause", labels=["cause"])
     for state in FINISHED:
-        c.add_metric([state], sum(n for (s, _), n in counts.items() if s == state))
+        c.add_metric([state.value], sum(n for (s, _), n in counts.items() if s == state))
     c.add_metric(["requeued"], requeues)
     return c
 

@@ -34,6 +34,7 @@ from vmsched.apps.result import parse_result
 from vmsched.config import load_config
 from vmsched.launcher.acct import acct_row
 from vmsched.launcher.history import job_records, partition_segments
+from vmsched.launcher.lifecycle import JobState
 from vmsched.protocol import Client, DaemonUnavailable, ProtocolError
 from vmsched.workloads.errors import WorkloadError
 from vmsched.workloads.metrics import relative_performance, result_log, summarize
@@ -155,7 +156,7 @@ def verify_results(rows: list[dict[str, Any]], jobs_dir: Path) -> tuple[int, lis
     for r in rows:
         try:
             ok = (
-                r["state"] == "completed"
+                r["state"] == JobState.COMPLETED
                 and parse_result((jobs_dir / f"vmsched-{r['id']}.out").read_text())["verified"]
             )
         except (OSError, ValueError):

@@ -59,7 +59,8 @@ def spawn(cfg: Config, job: JobRecord, nranks: int) -> subprocess.Popen:
     mpiexec = mpiexec_command(str(BIN / "mpiexec"), nranks, library_path(), job.command, env)
     command = [
         sys.executable, "-m", "vmsched.launcher.shim", "--status", str(status_file(cfg, job.id)),
-        "--stdout", out, "--stderr", err, "--uid", str(job.uid), "--gid", str(job.gid), "--", *mpiexec,
+        "--stdout", out, "--stderr", err, "--uid", str(job.uid), "--gid", str(job.gid),
+        "--grace", str(cfg.jobs.kill_grace_s), "--", *mpiexec,
     ]  # fmt: skip
     # The venv's bin first, so that `mpiexec`, `python` and the console scripts are ours.
     env["PATH"] = f"{BIN}:{env.get('PATH', os.defpath)}"

@@ -23,23 +23,27 @@ import psutil
 from vmsched.config import Config
 from vmsched.cpumanager.client import CpuManagerClient
 from vmsched.faults import Faults, InjectedFault
-from vmsched.launcher import runner
+from vmsched.launcher import lifecycle, runner
 from vmsched.launcher.dependencies import checked_dependency, creates_cycle, hold_reason
 from vmsched.launcher.energy import EnergyMeter, cpu_seconds_between, split_energy
+from vmsched.launcher.lifecycle import ACTIVE, FINISHED, HOLDING, EndCause, JobState, StartFailed, StartPlan, StartSteps
 from vmsched.launcher.policy.config import PolicyConfig, parse_policy_spec
 from vmsched.launcher.policy.core import can_ever_start, decide, hold_idle_cpus, next_event_time
 from vmsched.launcher.policy.decisions import Abort, Decision, Mold, Resume, SetMaxMpl, Start, Suspend
 from vmsched.launcher.policy.reasons import PAUSED, pending_reasons
 from vmsched.launcher.policy.snapshot import QueuedJob, RunningJob, Snapshot
 from vmsched.launcher.requests import RequestError, validate_submission
-from vmsched.launcher.store import ACTIVE, FINISHED, JobRecord, Store
+from vmsched.launcher.store import JobRecord, Store
 from vmsched.logs import event
 from vmsched.proctrack import ExitWatcher
 from vmsched.protocol import DaemonUnavailable, Peer, ProtocolError, get_int
+from vmsched.vmruntime.supervisor import HYDRA_EXIT_S
 
 log = logging.getLogger("vm-launcher")
 
-KILL_GRACE_S = 5.0
+# The shim kills a job's ranks [jobs] kill_grace_s after SIGTERM (vmsched/vmruntime/supervisor.py); the
+# launcher SIGKILLs the whole process group only if even that has not ended it this much later.
+BACKSTOP_S = HYDRA_EXIT_S + 1.0
 
 
 def user_name(uid: int) -> str:
@@ -56,6 +60,7 @@ class Launcher:
     def __init__(self, cfg: Config, store: Store, cpu: CpuManagerClient, policy: PolicyConfig,
                  faults: Faults | None = None) -> None:  # fmt: skip
         self.faults = faults or Faults()  # test-only fault injection (vmsched/faults.py)
+        self.start_faults_fired: set[str] = set()
         self.passes = 0
         self.cfg = cfg
         self.store = store
@@ -83,15 +88,35 @@ class Launcher:
         """After a restart: find the shims of running jobs again, account those that ended meanwhile,
         requeue those that never started. No job is lost and none is started twice."""
         self.ncpus = self.cpu.free()["ncpus"]
-        for job in self.store.jobs(("starting", "running", "aborting")):
+        for job in self.store.jobs(HOLDING):
             pid = job.shim_pid
             alive = pid is not None and _same_process(pid, job.shim_start)
             if alive and self.exits.watch(job.id, pid):
                 event(log, "recover", job=job.id, user=job.user, shim=pid)
-                if job.state == "starting":  # recorded but never given its go: it exits on EOF
-                    self.store.update(job.id, "recovered", state="running")
+                if job.state == JobState.STARTING:  # recorded but never given its go: it exits on EOF
+                    self.store.update(job.id, "recovered", state=JobState.RUNNING.value)
                 continue
             self._ended(job)
+        self._release_unrecorded()
+
+    def _release_unrecorded(self) -> None:
+        """A launcher that died between a start's admit and its store step left an admission that no job
+        of the store holds (its leader was never set, so the CPU manager would keep it): release it."""
+        try:
+            admitted = [j["job"] for j in self.cpu.status()["jobs"]]
+        except (DaemonUnavailable, ProtocolError) as e:
+            log.warning("CPU manager status: %s", e)
+            return
+        for job_id in admitted:
+            job = self.store.job(job_id)  # None: not the launcher's (a vmrun job)
+            if job is not None and job.state not in HOLDING:
+                try:
+                    self.cpu.release(job_id)
+                except (DaemonUnavailable, ProtocolError) as e:
+                    log.warning("job %d: releasing its unrecorded admission: %s", job_id, e)
+                    continue
+                why = "admitted by a start the launcher never recorded"
+                event(log, "release", job=job_id, user=job.user, reason=why)
 
     # -- request handlers ------------------------------------------------------------------------
     def handlers(self) -> dict[str, Any]:
@@ -178,7 +203,7 @@ class Launcher:
             d = job.public(full=self._visible(job, peer))
             del d["energy_j"]  # accounted as the job runs; shown by vmacct once it has ended
             d["partition"] = self.partitions.get(job.id)
-            d["pending_reason"] = self.reasons.get(job.id) if job.state == "queued" or job.suspended else None
+            d["pending_reason"] = self.reasons.get(job.id) if job.state == JobState.QUEUED or job.suspended else None
             jobs.append(d)
         return {"policy": self.policy.spec(), "paused": self.paused, "ncpus": self.ncpus, "jobs": jobs}
 
@@ -220,11 +245,10 @@ class Launcher:
         job = self._owned(msg)
         if job.state in FINISHED:
             raise ProtocolError(f"job {job.id} already ended ({job.state})")
-        if job.state == "queued":
-            self.store.update(job.id, "cancel", state="cancelled", end_time=time.time(), reason="cancelled by user")
+        if job.state == JobState.QUEUED:
+            lifecycle.cancel_queued(self.store, job, "cancelled by user")
         else:
-            self.store.update(job.id, "cancel", reason="cancelled by user", state="running" if job.state == "starting"
-                              else job.state)  # fmt: skip
+            lifecycle.stopping(self.store, job, EndCause.CANCELLED, "cancelled by user", "cancel")
             self._kill(job)
         self.dirty = True
         event(log, "cancel", job=job.id, user=job.user, by=user_name(self._peer(msg).uid), was=job.state)
@@ -264,7 +288,7 @@ class Launcher:
     def info(self, msg: dict[str, Any]) -> dict[str, Any]:
         return {
             "policy": self.policy.spec(), "paused": self.paused, "ncpus": self.ncpus,
-            "queued": self.store.count(("queued",)), "running": self.store.count(("starting", "running", "aborting")),
+            "queued": self.store.count((JobState.QUEUED,)), "running": self.store.count(HOLDING),
             "energy": {"source": self.meter.source, "time": self.energy_last,
                        "node_j": float(self.store.meta("energy_node_j") or 0),
                        "unattributed_j": float(self.store.meta("energy_unattributed_j") or 0)},
@@ -334,29 +358,21 @@ class Launcher:
             segments.append((max(segments[-1][0], min(now, (status or {}).get("end_time") or now)), 0))
             self.account_energy(now)
         # The shim said so, or the launcher died before the shim was even spawned.
-        never_started = (status is None and job.state == "starting") or (status is not None and not status["started"])
-        if job.state == "aborting" or never_started:
-            why = "window expired: requeued" if job.state == "aborting" else "never started: requeued"
-            self.store.update(job.id, "requeue", {"why": why}, state="queued", start_time=None, nranks=None,
-                              shim_pid=None, backfilled=0, window_end=None, suspended=0,
-                              requeues=job.requeues + (job.state == "aborting"), reason=why)  # fmt: skip
+        never_started = (status is None and job.state == JobState.STARTING) or (
+            status is not None and not status["started"])  # fmt: skip
+        if job.state == JobState.ABORTING or (never_started and job.end_cause is None):  # else: stopped on purpose
+            why = "window expired: requeued" if job.state == JobState.ABORTING else "never started: requeued"
+            lifecycle.requeue(self.store, job, why)
             event(log, "requeue", job=job.id, user=job.user, reason=why)
         else:
             code = status.get("exit_code") if status else None
             end = (status or {}).get("end_time") or now
-            if job.reason.startswith("cancelled"):
-                state = "cancelled"
-            elif job.reason.startswith("time limit"):
-                state = "timeout"
-            elif status is None:
-                state, job_reason = "lost", "the job's shim vanished without a status"
-                self.store.update(job.id, reason=job_reason)
-            else:
-                state = "completed" if code == 0 else "failed"
+            cause = lifecycle.end_cause_for(job, code, status is not None)
+            reason = "the job's shim vanished without a status" if cause == EndCause.LOST and status is None else None
             cpu_s = _cpu_seconds(self.store.events(job.id), job.start_time, end)
-            self.store.update(job.id, "end", {"exit_code": code, "state": state}, state=state, end_time=end,
-                              exit_code=code, shim_pid=None, cpu_seconds=cpu_s)  # fmt: skip
-            event(log, "end", job=job.id, user=job.user, state=state, exit_code=code, reason=job.reason or None)
+            state = lifecycle.ended(self.store, job, cause, code, end, cpu_s, reason)
+            event(log, "end", job=job.id, user=job.user, state=state.value, exit_code=code, end_cause=cause.value,
+                  reason=reason or job.reason or None)  # fmt: skip
         self.dirty = True
 
     def account_energy(self, now: float) -> None:
@@ -365,7 +381,7 @@ class Launcher:
         t0, self.energy_last = self.energy_last, now
         if now <= t0 or not self.ncpus:
             return
-        active = {j.id for j in self.store.jobs(("starting", "running", "aborting"))}
+        active = {j.id for j in self.store.jobs(HOLDING)}
         for j, seg in self.segments.items():
             if j not in active and seg[-1][1]:  # gone without _ended seeing a partition (CPU manager lagging)
                 seg.append((max(seg[-1][0], t0), 0))
@@ -389,16 +405,17 @@ class Launcher:
                 del self.kill_deadline[job_id]
         if self.cfg.launcher.overrun != "kill":
             return
-        for job in self.store.jobs(("running",)):
+        for job in self.store.jobs((JobState.RUNNING,)):
             if job.time_limit and job.start_time and job.id not in self.kill_deadline and not job.suspended:
                 if now > job.start_time + job.time_limit + self.cfg.launcher.overrun_grace_s:
-                    self.store.update(job.id, "timeout", reason=f"time limit {job.time_limit:.0f}s exceeded")
+                    lifecycle.stopping(self.store, job, EndCause.KILLED_AT_LIMIT,
+                                       f"time limit {job.time_limit:.0f}s exceeded", "timeout")  # fmt: skip
                     self._kill(job)
 
     def _kill(self, job: JobRecord) -> None:
         if job.shim_pid:
             runner.kill(job.shim_pid)
-            self.kill_deadline[job.id] = time.time() + KILL_GRACE_S
+            self.kill_deadline[job.id] = time.time() + self.cfg.jobs.kill_grace_s + BACKSTOP_S
 
     def sample_partitions(self, now: float) -> None:
         """Record each running job's partition changes (CPUs, MPL, queue type) into its history."""
@@ -425,7 +442,7 @@ class Launcher:
     def eligible(self, now: float) -> tuple[list[JobRecord], dict[int, str]]:
         """Queued jobs the policy may see, and the others with why not (dependency, begin time)."""
         ready, held = [], {}
-        for j in self.store.jobs(("queued",)):
+        for j in self.store.jobs((JobState.QUEUED,)):
             states = {}
             for _, d in j.dependency:
                 dep = self.store.job(d)
@@ -445,12 +462,12 @@ class Launcher:
             for j in (self.eligible(now)[0] if ready is None else ready)
         )
         running = []
-        for j in self.store.jobs(("starting", "running", "aborting")):
+        for j in self.store.jobs(HOLDING):
             part = self.partitions.get(j.id)
             n, m = j.nranks or j.procs[0], j.cur_max_mpl or 1
             cpus = len(part["cpus"]) if part else ceil(n / m)
             # An aborting job holds its CPUs until it is gone, but its window is dealt with.
-            backfilled = j.backfilled and j.state != "aborting"
+            backfilled = j.backfilled and j.state != JobState.ABORTING
             running.append(RunningJob(
                 j.id, n, m, cpus, j.start_time or now, j.run_estimate or j.estimate, j.job_class,
                 backfilled, j.window_end, j.suspended, j.submit_time, j.max_mpl,
@@ -465,7 +482,7 @@ class Launcher:
             raise InjectedFault(f"injected fault in scheduling pass {self.passes}")
         if self.paused:
             self.next_event = None
-            self.reasons = {j.id: PAUSED for j in self.store.jobs(("queued",))}
+            self.reasons = {j.id: PAUSED for j in self.store.jobs((JobState.QUEUED,))}
             self._tell_queue_state(False)
             return
         for d in decide(self.snapshot(now), self.policy):
@@ -478,7 +495,7 @@ class Launcher:
         after = self.snapshot(now, ready)
         requeued = [j.id for j in ready if j.requeues > 0]
         self.reasons = {**pending_reasons(after, self.policy, requeued=requeued), **held}
-        begins = [j.begin_time for j in self.store.jobs(("queued",)) if j.begin_time and j.begin_time > now]
+        begins = [j.begin_time for j in self.store.jobs((JobState.QUEUED,)) if j.begin_time and j.begin_time > now]
         self.next_event = min([t for t in (next_event_time(after, self.policy), *begins) if t is not None],
                               default=None)  # fmt: skip
         self._tell_queue_state(hold_idle_cpus(after, self.policy))
@@ -499,9 +516,10 @@ class Launcher:
             self.store.update(d.job_id, "set_mpl", {"max_mpl": d.max_mpl, "why": d.reason}, cur_max_mpl=d.max_mpl)
         elif isinstance(d, Abort):
             job = self.store.job(d.job_id)
-            if job and job.state == "running":
-                self.store.update(job.id, "abort", {"why": d.reason}, state="aborting" if d.requeue else "running",
-                                  reason=d.reason if d.requeue else "cancelled: " + d.reason)  # fmt: skip
+            if job and job.state == JobState.RUNNING:
+                why = d.reason if d.requeue else "cancelled: " + d.reason
+                lifecycle.stopping(self.store, job, EndCause.ABORTED, why, "abort", requeue=d.requeue,
+                                   data={"why": d.reason})  # fmt: skip
                 self._kill(job)
         elif isinstance(d, Suspend):
             self.cpu.suspend(d.job_id)
@@ -513,30 +531,46 @@ class Launcher:
             self.store.update(d.job_id, "mold", {"nranks": d.nranks, "why": d.reason}, procs=json.dumps([d.nranks]))
 
     def start(self, d: Start, now: float) -> None:
+        """All or nothing (lifecycle.start): the job runs, or is queued or failed with nothing of it left."""
         job = self.store.job(d.job_id)
-        if job is None or job.state != "queued":
+        if job is None or job.state != JobState.QUEUED:
             return
-        self.cpu.admit(job.id, d.nranks, d.max_mpl, queue=self.cfg.launcher.queue_type, uid=job.uid)
-        self.store.update(job.id, state="starting", nranks=d.nranks, cur_max_mpl=d.max_mpl)
-        try:
-            proc = runner.spawn(self.cfg, job, d.nranks)
-        except OSError as e:
-            self.cpu.release(job.id)
-            self.store.update(job.id, "start_failed", {"error": str(e)}, state="failed", end_time=time.time(),
-                              reason=f"could not start: {e}")  # fmt: skip
-            return
-        self.children[job.id] = proc
-        self.exits.watch(job.id, proc.pid)
-        self.cpu.set_leader(job.id, proc.pid)
-        started = time.time()
-        self.store.update(
-            job.id, "start", {"nranks": d.nranks, "max_mpl": d.max_mpl, "backfilled": d.backfilled, "why": d.reason},
-            state="running", start_time=started, shim_pid=proc.pid, shim_start=_create_time(proc.pid),
-            backfilled=int(d.backfilled), window_end=d.window_end, run_estimate=d.estimate or job.estimate,
+        plan = StartPlan(
+            d.nranks, d.max_mpl, self.cfg.launcher.queue_type,
+            running={"backfilled": int(d.backfilled), "window_end": d.window_end,
+                     "run_estimate": d.estimate or job.estimate},
+            data={"nranks": d.nranks, "max_mpl": d.max_mpl, "backfilled": d.backfilled, "why": d.reason},
         )  # fmt: skip
-        runner.go(proc)  # only now, with the start recorded, may the job really run
+
+        def watch(proc: subprocess.Popen) -> None:
+            self.children[job.id] = proc
+            self.exits.watch(job.id, proc.pid)
+
+        def unwatch() -> None:
+            self.children.pop(job.id, None)
+            self.exits.unwatch(job.id)
+
+        steps = StartSteps(
+            admit=lambda: self.cpu.admit(job.id, d.nranks, d.max_mpl, queue=plan.queue, uid=job.uid),
+            release=lambda: self.cpu.release(job.id), spawn=lambda: runner.spawn(self.cfg, job, d.nranks),
+            watch=watch, unwatch=unwatch, set_leader=lambda pid: self.cpu.set_leader(job.id, pid), go=runner.go,
+            fault=self._start_fault,
+        )  # fmt: skip
+        try:
+            lifecycle.start(self.store, job, plan, steps, _create_time)
+        except StartFailed as e:
+            event(log, "start_failed", logging.WARNING, job=job.id, user=job.user, step=e.step, error=str(e.error),
+                  now=e.state.value)  # fmt: skip
+            self.dirty = True
+            return
         event(log, "start", job=job.id, user=job.user, ranks=d.nranks, max_mpl=d.max_mpl, backfilled=d.backfilled,
               reason=d.reason)  # fmt: skip
+
+    def _start_fault(self, step: str) -> None:
+        """Test-only: the first start that reaches a step named in VMSCHED_LAUNCHER_FAULTS' start= fails."""
+        if step in self.faults.start and step not in self.start_faults_fired:
+            self.start_faults_fired.add(step)
+            raise InjectedFault(f"injected fault in start step {step!r}")
 
     def close(self) -> None:
         self.exits.close()

@@ -5,8 +5,10 @@
 It waits for the launcher's go (one byte "g" on stdin) before it starts anything, so a launcher that
 dies between spawning the shim and recording it can never leave a job running twice: without the go
 (EOF) the shim exits and writes that it never started. Then it runs the command in its own process
-group, forwards SIGTERM/SIGINT, and writes the exit status to FILE (atomically), which the launcher
-reads even if it was restarted meanwhile and is no longer the shim's parent.
+group under the one job supervisor (vmsched/vmruntime/supervisor.py, as `vmrun` does: SIGTERM/SIGINT
+forwarded, the ranks killed after the grace time, the job's leftover segments removed), and writes the
+exit status to FILE (atomically), which the launcher reads even if it was restarted meanwhile and is no
+longer the shim's parent.
 
 The shim keeps the launcher's privileges, so a user cannot forge the status of a job; the command
 itself runs as the job's user, who also opens the output files (through a tiny sh wrapper, so that
@@ -24,11 +26,10 @@ import sys
 import time
 from pathlib import Path
 
-from vmsched.vmruntime.shmclean import remove_leftovers, shm_segments
+from vmsched.vmruntime.supervisor import supervise
 
-# How often the job's /dev/shm mappings are noted: often at first (a job may be killed within a second
-# of its start, and MPICH maps its segment in MPI_Init), then rarely.
-SHM_SCAN_FAST_S, SHM_SCAN_SLOW_S, SHM_FAST_FOR_S = 0.1, 2.0, 5.0
+# SIGTERM/SIGINT end the job (after the grace time, by force); SIGUSR1 is the user's own.
+FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)
 
 
 def write_status(path: Path, **status: object) -> None:
@@ -44,6 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--stderr", required=True)
     ap.add_argument("--uid", type=int)
     ap.add_argument("--gid", type=int)
+    ap.add_argument("--grace", type=float, default=3.0, help="[jobs] kill_grace_s")
     ap.add_argument("command", nargs=argparse.REMAINDER)
     args = ap.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
@@ -59,32 +61,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.uid is not None and args.uid != os.geteuid():
         as_user = {"user": args.uid, "group": args.gid, "extra_groups": []}
     try:
-        child = subprocess.Popen(wrapper, stdin=subprocess.DEVNULL, env=env, **as_user)  # type: ignore[arg-type]
+
+        def begin() -> subprocess.Popen:
+            return subprocess.Popen(wrapper, stdin=subprocess.DEVNULL, env=env, **as_user)  # type: ignore[arg-type]
+
+        outcome = supervise(begin, args.grace, forwarded=FORWARDED, ignored=(signal.SIGHUP,))
     except OSError as e:
         write_status(args.status, started=True, exit_code=127, start_time=start, end_time=time.time(), error=str(e))
         return 127
-
-    def forward(signum: int, _frame: object) -> None:
-        try:
-            child.send_signal(signum)
-        except ProcessLookupError:
-            pass
-
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
-        signal.signal(sig, forward)
-    signal.signal(signal.SIGHUP, signal.SIG_IGN)
-    segments: set[str] = set()
-    while True:
-        try:
-            fast = time.time() - start < SHM_FAST_FOR_S
-            rc = child.wait(timeout=SHM_SCAN_FAST_S if fast else SHM_SCAN_SLOW_S)
-            break
-        except subprocess.TimeoutExpired:
-            segments |= shm_segments(child.pid)
-    removed = remove_leftovers(segments)
-    # A signal death reads as 128 + signal number, as in a shell.
-    code = rc if rc >= 0 else 128 - rc
-    write_status(args.status, started=True, exit_code=code, start_time=start, end_time=time.time(), removed_shm=removed)
+    write_status(args.status, started=True, exit_code=outcome.exit_code, start_time=start, end_time=time.time(),
+                 removed_shm=outcome.removed_shm, noted_shm=outcome.noted_shm, escalated=outcome.escalated)  # fmt: skip
     return 0
 
 

@@ -1,11 +1,7 @@
 """The launcher's durable state in SQLite: the queue, running jobs, accounting and each job's history.
 
 Every state change is one transaction, so a launcher killed at any point finds a consistent queue
-when it starts again. Job states:
-
-    queued -> starting -> running -> completed | failed | cancelled | timeout | lost
-                 |           |-> aborting -> queued        (window expired under "abort": requeued)
-                 |-> queued                               (launcher died before the job really started)
+when it starts again. The states, end causes and transitions are `vmsched.launcher.lifecycle`'s.
 """
 
 from __future__ import annotations
@@ -19,8 +15,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-ACTIVE = ("queued", "starting", "running", "aborting")
-FINISHED = ("completed", "failed", "cancelled", "timeout", "lost")
+from vmsched.launcher.lifecycle import FINISHED, legacy_end_cause
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -34,7 +29,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     start_time REAL, end_time REAL, nranks INTEGER, cur_max_mpl INTEGER, run_estimate REAL,
     backfilled INTEGER NOT NULL DEFAULT 0, window_end REAL, suspended INTEGER NOT NULL DEFAULT 0,
     shim_pid INTEGER, shim_start REAL, exit_code INTEGER, requeues INTEGER NOT NULL DEFAULT 0,
-    cpu_seconds REAL, dependency TEXT NOT NULL DEFAULT '[]', begin_time REAL, energy_j REAL
+    cpu_seconds REAL, dependency TEXT NOT NULL DEFAULT '[]', begin_time REAL, energy_j REAL,
+    end_cause TEXT
 );
 CREATE INDEX IF NOT EXISTS jobs_state ON jobs(state, id);
 CREATE TABLE IF NOT EXISTS events (
@@ -44,13 +40,15 @@ CREATE INDEX IF NOT EXISTS events_job ON events(job_id, time);
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 """
 
-# Schema versions: 1 = the first release; 2 = jobs.dependency, begin_time, energy_j (issue 13). A database
-# of an older version gets the missing columns, with their defaults, when the launcher opens it.
-SCHEMA_VERSION = 2
+# Schema versions: 1 = the first release; 2 = jobs.dependency, begin_time, energy_j (issue 13); 3 =
+# jobs.end_cause (issue 12). A database of an older version gets the missing columns, with their defaults,
+# when the launcher opens it; end_cause is derived once from the old reason text.
+SCHEMA_VERSION = 3
 _ADDED_COLUMNS = {
     "dependency": "TEXT NOT NULL DEFAULT '[]'",  # JSON list of [type, job id], e.g. [["afterok", 3]]
     "begin_time": "REAL",  # not eligible to start before this time
     "energy_j": "REAL",  # the job's share of the node's energy (vmsched.launcher.energy)
+    "end_cause": "TEXT",  # lifecycle.EndCause: why it ended (an active job: why it is being stopped)
 }
 
 
@@ -91,6 +89,7 @@ class JobRecord:
     dependency: list[list[Any]]
     begin_time: float | None
     energy_j: float | None
+    end_cause: str | None
 
     def public(self, full: bool) -> dict[str, Any]:
         """The job as shown to users; without `full` (someone else's job) no details."""
@@ -137,6 +136,11 @@ class Store:
             for name, decl in _ADDED_COLUMNS.items():
                 if name not in have:
                     db.execute(f"ALTER TABLE jobs ADD COLUMN {name} {decl}")
+            if "end_cause" not in have:
+                for row in db.execute("SELECT id, state, reason FROM jobs").fetchall():
+                    cause = legacy_end_cause(row["state"], row["reason"])
+                    if cause is not None:
+                        db.execute("UPDATE jobs SET end_cause = ? WHERE id = ?", (cause.value, row["id"]))
             db.execute("INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
 
     def next_id(self) -> int:
@@ -168,14 +172,17 @@ class Store:
 
     def update(self, job_id: int, event: str | None = None, data: dict[str, Any] | None = None, **values: Any) -> None:
         """Change a job's columns and log an event, in one transaction."""
+        self.update_logged(job_id, [(event, data or {})] if event else [], **values)
+
+    def update_logged(self, job_id: int, events: list[tuple[str, dict[str, Any]]], **values: Any) -> None:
+        """Change a job's columns and log events, in one transaction."""
         with self.tx() as db:
             if values:
                 sets = ", ".join(f"{k} = ?" for k in values)
                 db.execute(f"UPDATE jobs SET {sets} WHERE id = ?", (*values.values(), job_id))
-            if event:
-                db.execute(
-                    "INSERT INTO events VALUES (?, ?, ?, ?)", (job_id, time.time(), event, json.dumps(data or {}))
-                )
+            now = time.time()
+            for kind, data in events:
+                db.execute("INSERT INTO events VALUES (?, ?, ?, ?)", (job_id, now, kind, json.dumps(data)))
 
     def log(self, job_id: int, event: str, data: dict[str, Any], when: float | None = None) -> None:
         self.db.execute(

@@ -23,42 +23,70 @@ from vmsched.vmruntime.shmclean import remove_leftovers, shm_segments
 PY = sys.executable
 
 
+class DaemonLeak(RuntimeError):
+    """The daemon did not stop in an orderly way, or left its shared memory behind."""
+
+
 class Manager:
-    """`vm-cpumanager` as a subprocess; `with Manager(cpus="0-1") as m:` starts and stops it."""
+    """`vm-cpumanager` as a subprocess; `with Manager(cpus="0-1") as m:` starts and stops it.
+
+    The one harness for a CPU-manager daemon: the tests (`tests/conftest.py` adds the suite's leak
+    bookkeeping), the benchmarks and `vmsim-calibrate` use it. It is installed, rather than kept under
+    tests/, because `vmsim-calibrate` (an installed console script) runs real jobs under a real manager.
+    `bin_dir`: run the `vm-cpumanager` of another installation (default: this interpreter's package)."""
 
     def __init__(self, state_dir: Path | None = None, cpus: str = "0-1", quantum_ms: float = 10.0,
-                 extra: tuple[str, ...] = ()) -> None:  # fmt: skip
+                 extra: tuple[str, ...] = (), *, bin_dir: Path | None = None, env: dict[str, str] | None = None,
+                 cwd: Path | None = None) -> None:  # fmt: skip
         self._tmp = None if state_dir else tempfile.TemporaryDirectory(prefix="vmrt-")
         self.state_dir = Path(state_dir or self._tmp.name)  # type: ignore[union-attr]
         self.cpus, self.quantum_ms, self.extra = cpus, quantum_ms, extra
+        self.bin_dir, self.base_env, self.cwd = bin_dir, env, cwd
         self.proc: subprocess.Popen[bytes] | None = None
+        self.killed = False  # killed as a crash would: its table may stay, `stop` removes it
         self.cfg: Config = load_config(None, self.state_dir)
 
     @property
     def log_path(self) -> Path:
         return self.cfg.cpumanager_log
 
+    @property
+    def out_path(self) -> Path:
+        return self.state_dir / "daemon.out"
+
+    def command(self) -> list[str]:
+        exe = [str(self.bin_dir / "vm-cpumanager")] if self.bin_dir else [PY, "-m", "vmsched.cpumanager.daemon"]
+        return [*exe, "--state-dir", str(self.state_dir), "--cpus", self.cpus, "--quantum-ms", str(self.quantum_ms),
+                *self.extra]  # fmt: skip
+
     def start(self, timeout: float = 15.0) -> Manager:
-        cmd = [PY, "-m", "vmsched.cpumanager.daemon", "--state-dir", str(self.state_dir), "--cpus", self.cpus,
-               "--quantum-ms", str(self.quantum_ms), *self.extra]  # fmt: skip
-        out = open(self.state_dir / "daemon.out", "ab")
-        self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=self.env())
-        out.close()
+        """Start it and wait until it answers (as itself, not an older daemon on the same socket)."""
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        # A file, not a pipe: nobody reads a pipe while the daemon runs, and a daemon that logs enough
+        # would block on a full pipe and hang.
+        with open(self.out_path, "ab") as out:
+            self.proc = subprocess.Popen(self.command(), stdout=out, stderr=subprocess.STDOUT, env=self.env(),
+                                         cwd=self.cwd)  # fmt: skip
+        self.killed = False
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"CPU manager exited with {self.proc.returncode}: {self.output()}")
+                raise DaemonLeak(f"CPU manager exited with {self.proc.returncode}: {self.output()}")
             try:
                 with CpuManagerClient(self.cfg, timeout_s=0.5) as c:
-                    c.call("ping")
-                return self
+                    if c.call("ping")["pid"] == self.proc.pid:
+                        return self
             except DaemonUnavailable:
-                time.sleep(0.05)
-        raise RuntimeError(f"CPU manager did not answer within {timeout} s: {self.output()}")
+                pass
+            time.sleep(0.05)
+        raise DaemonLeak(f"CPU manager did not answer within {timeout} s: {self.output()}")
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 10.0) -> int | None:
+        """Stop it; DaemonLeak if it does not stop in time or an orderly stop leaves its table behind (what
+        is left is removed either way, so that one failure does not spread to what runs next)."""
         if self.proc is None:
             return None
+        hung = False
         if self.proc.poll() is None:
             self.proc.send_signal(sig)
             try:
@@ -66,7 +94,13 @@ class Manager:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+                hung = True
+        left = shm_entries(self.cfg)
         self.unlink_leftovers()
+        if hung:
+            raise DaemonLeak(f"vm-cpumanager did not stop on signal {sig} within {timeout} s")
+        if left and not self.killed and sig == signal.SIGTERM:
+            raise DaemonLeak(f"vm-cpumanager stopped but left {sorted(left)} in /dev/shm")
         return self.proc.returncode
 
     def kill(self, sig: int = signal.SIGKILL) -> None:
@@ -74,6 +108,7 @@ class Manager:
         assert self.proc is not None
         self.proc.send_signal(sig)
         self.proc.wait(10)
+        self.killed = True
 
     def unlink_leftovers(self) -> None:
         """A daemon that was killed cannot remove its segments and lock; do it for it."""
@@ -82,7 +117,7 @@ class Manager:
         remove_table(self.cfg.shm_name, self.cfg.lock_name)
 
     def env(self) -> dict[str, str]:
-        env = dict(os.environ)
+        env = dict(os.environ if self.base_env is None else self.base_env)
         env["VMSCHED_STATE_DIR"] = str(self.state_dir)
         return env
 
@@ -95,7 +130,7 @@ class Manager:
 
     def output(self) -> str:
         try:
-            return (self.state_dir / "daemon.out").read_text()[-4000:]
+            return self.out_path.read_text()[-4000:]
         except OSError:
             return ""
 
@@ -103,9 +138,11 @@ class Manager:
         return self.start()
 
     def __exit__(self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None) -> None:
-        self.stop()
-        if self._tmp is not None:
-            self._tmp.cleanup()
+        try:
+            self.stop()
+        finally:
+            if self._tmp is not None:
+                self._tmp.cleanup()
 
 
 def vmrun_cmd(state_dir: Path, nranks: int, max_mpl: int, command: list[str], queue: str | None = None,

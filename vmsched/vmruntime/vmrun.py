@@ -5,10 +5,10 @@
 
 Admits the job (vmrun's own pid is the job's leader: if vmrun dies the manager releases the job),
 starts `mpiexec -n N <command>` with `LD_PRELOAD=libvmrt.so` for the ranks only and the job's
-environment, forwards SIGINT/SIGTERM/SIGHUP to mpiexec (and kills the job if it has not ended
-KILL_GRACE_S after the signal, or at a second one), releases the job at the end (also on errors),
-removes the MPICH segments a killed job leaves in /dev/shm, and exits with mpiexec's status (128 +
-signal if it was killed).
+environment, and supervises it (vmsched/vmruntime/supervisor.py, as the launcher's shim does): forwards
+SIGINT/SIGTERM/SIGHUP to mpiexec (and kills the job if it has not ended [jobs] kill_grace_s after the
+signal, or at a second one), removes the MPICH segments a killed job leaves in /dev/shm, and exits with
+mpiexec's status (128 + signal if it was killed). It releases the job at the end (also on errors).
 
 Exit codes of vmrun itself: 125 no CPU manager / admission refused / library build failed,
 127 mpiexec not found, 2 usage.
@@ -17,36 +17,25 @@ Exit codes of vmrun itself: 125 no CPU manager / admission refused / library bui
 from __future__ import annotations
 
 import argparse
-import contextlib
 import ctypes
 import os
 import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
-from types import FrameType
-
-import psutil
 
 from vmsched.config import Config, ConfigError, load_config
 from vmsched.cpumanager.client import CpuManagerClient
 from vmsched.cpumanager.shm_layout import DEFAULT_HEURISTIC, HEURISTIC_NAMES
 from vmsched.protocol import DaemonUnavailable, ProtocolError
 from vmsched.vmruntime.build import BuildError, library_path
-from vmsched.vmruntime.shmclean import remove_leftovers, shm_segments
+from vmsched.vmruntime.supervisor import supervise
 
 EXIT_VMRUN = 125
 EXIT_NO_MPIEXEC = 127
 JOB_ID_BASE = 1_000_000_000  # vmrun ids (base + pid) stay clear of the launcher's small ids
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-SHM_SCAN_DELAYS_S = (0.2,) * 15 + (1.0,)  # often while the ranks start, then every second
-# After SIGINT/SIGTERM the job gets this long to end by itself, then it is killed. Needed: a rank that
-# takes a KeyboardInterrupt exits through MPI_Finalize while its peers wait for it inside MPI, and
-# hydra, seeing no rank exit, would wait forever (folded, only the token holder runs Python code).
-KILL_GRACE_S = 3.0
-HYDRA_EXIT_S = 2.0  # after its ranks are killed, hydra exits by itself within this
 
 
 def mpiexec_path() -> str | None:
@@ -148,87 +137,14 @@ def main(argv: list[str] | None = None) -> int:
 def _run(cfg: Config, job_id: int, args: argparse.Namespace, mpiexec: str, lib: Path) -> int:
     env = job_environment(cfg, job_id)
     cmd = mpiexec_command(mpiexec, args.nranks, lib, args.command, env)
-    child: subprocess.Popen[bytes] | None = None
-    pending: list[int] = []
-    signalled: list[float] = []  # when SIGINT/SIGTERM/SIGHUP arrived
-
-    def forward(signum: int, _frame: FrameType | None) -> None:
-        if signalled:  # a second signal: do not wait for the grace period
-            signalled[0] = 0.0
-        else:
-            signalled.append(time.monotonic())
-        if child is None:
-            pending.append(signum)
-        else:
-            child.send_signal(signum)
-
-    old = {s: signal.signal(s, forward) for s in FORWARDED}
     try:
         # Own process group: a terminal's Ctrl-C reaches mpiexec once, through us.
-        child = subprocess.Popen(cmd, env=env, process_group=0, preexec_fn=_die_with_parent)
-        for s in pending:
-            child.send_signal(s)
-        rc = _wait_noting_segments(child, signalled)
+        outcome = supervise(lambda: subprocess.Popen(cmd, env=env, process_group=0, preexec_fn=_die_with_parent),
+                            cfg.jobs.kill_grace_s, forwarded=FORWARDED)  # fmt: skip
     except OSError as e:
         print(f"vmrun: cannot start {mpiexec}: {e}", file=sys.stderr)
         return EXIT_NO_MPIEXEC
-    finally:
-        for s, h in old.items():
-            signal.signal(s, h)
-    return 128 - rc if rc < 0 else rc
-
-
-def _wait_noting_segments(child: subprocess.Popen[bytes], signalled: list[float]) -> int:
-    """Wait for mpiexec; meanwhile note the shared-memory segments its ranks map (soon after start:
-    a job killed early must not leak them either), kill the job if it outlives a signal's grace
-    period, and remove the segments left over at the end."""
-    segments: set[str] = set()
-    delays = iter(SHM_SCAN_DELAYS_S)
-    while True:
-        timeout = next(delays, SHM_SCAN_DELAYS_S[-1])
-        if signalled:
-            timeout = max(0.05, min(timeout, signalled[0] + KILL_GRACE_S - time.monotonic()))
-        try:
-            rc = child.wait(timeout=timeout)
-            break
-        except subprocess.TimeoutExpired:
-            if signalled and time.monotonic() >= signalled[0] + KILL_GRACE_S:
-                _kill_tree(child)
-            else:
-                segments |= shm_segments(child.pid)
-    remove_leftovers(segments)
-    return rc
-
-
-def _kill_tree(child: subprocess.Popen[bytes]) -> None:
-    """SIGKILL the ranks; hydra then sees them die, reaps them and exits by itself. Whatever of the
-    tree (proxies, mpiexec) is still there a moment later is killed too."""
-    try:
-        procs = psutil.Process(child.pid).children(recursive=True)
-    except psutil.Error:
-        procs = []
-    hydra = [p for p in procs if _is_hydra(p)]
-    for p in procs:
-        if p not in hydra:
-            with contextlib.suppress(psutil.Error):
-                p.kill()
-    try:
-        child.wait(HYDRA_EXIT_S)
-        return
-    except subprocess.TimeoutExpired:
-        pass
-    for p in hydra:
-        with contextlib.suppress(psutil.Error):
-            p.kill()
-    with contextlib.suppress(ProcessLookupError):
-        child.kill()
-
-
-def _is_hydra(p: psutil.Process) -> bool:
-    try:
-        return p.name().startswith(("hydra_", "mpiexec"))
-    except psutil.Error:
-        return False
+    return outcome.exit_code
 
 
 def _release(cfg: Config, job_id: int) -> None:

@@ -1,0 +1,127 @@
+"""The one job supervisor (vmsched/vmruntime/supervisor.py) of vmrun and the launcher's shim, on real
+processes: signals forwarded, escalation to SIGKILL one grace time after SIGTERM for a process that
+ignores it, exit statuses (signals as 128 + N), the job's own /dev/shm segments removed, nobody else's."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests.conftest import wait_for
+from vmsched.vmruntime.supervisor import exit_status
+
+# Runs `supervise` in a process of its own (it installs signal handlers), on the job given as argv[2:];
+# prints the outcome as JSON.
+SUPERVISOR = """
+import json, subprocess, sys
+from vmsched.vmruntime.supervisor import supervise
+o = supervise(lambda: subprocess.Popen(sys.argv[2:]), float(sys.argv[1]))
+print(json.dumps({"exit_code": o.exit_code, "escalated": o.escalated, "removed_shm": o.removed_shm,
+                  "noted_shm": o.noted_shm}))
+"""
+
+# A job: writes its pid and its child's pid, maps a /dev/shm segment (as MPICH's ranks do), and a child
+# ("rank") that ignores SIGTERM or not; the top process exits 7 on SIGTERM once its child is gone.
+JOB = """
+import mmap, os, signal, subprocess, sys, time
+out, seg, rank_ignores = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
+fd = os.open(seg, os.O_CREAT | os.O_RDWR, 0o600)
+os.ftruncate(fd, 4096)
+m = mmap.mmap(fd, 4096)
+rank = subprocess.Popen([sys.executable, "-c",
+    "import signal, time\\n" + ("signal.signal(signal.SIGTERM, signal.SIG_IGN)\\n" if rank_ignores else "")
+    + "time.sleep(120)"])
+def term(*_):
+    if not rank_ignores:
+        rank.terminate()
+    rank.wait()
+    open(out + ".term", "w").write("got it")
+    sys.exit(7)
+signal.signal(signal.SIGTERM, term)
+open(out, "w").write(f"{os.getpid()} {rank.pid}")
+time.sleep(120)
+"""
+
+
+def _start(tmp_path: Path, grace: float, rank_ignores: bool) -> tuple[subprocess.Popen, Path, Path, list[int]]:
+    out = tmp_path / "pids"
+    seg = Path(f"/dev/shm/vmsup-test-{os.getpid()}-{int(rank_ignores)}")
+    sup = subprocess.Popen([sys.executable, "-c", SUPERVISOR, str(grace), sys.executable, "-c", JOB, str(out),
+                            str(seg), "1" if rank_ignores else "0"], stdout=subprocess.PIPE, text=True)  # fmt: skip
+    wait_for(lambda: out.exists() and out.read_text().count(" ") == 1, timeout=30, what="the job to start")
+    pids = [int(p) for p in out.read_text().split()]
+    time.sleep(0.5)  # the supervisor notes the mappings every 0.1 s at first
+    return sup, out, seg, pids
+
+
+def _outcome(sup: subprocess.Popen) -> dict:
+    stdout, _ = sup.communicate(timeout=30)
+    return json.loads(stdout.strip().splitlines()[-1])
+
+
+def test_sigterm_is_forwarded_and_the_exit_status_kept(tmp_path):
+    sup, out, seg, pids = _start(tmp_path, grace=20.0, rank_ignores=False)
+    bystander = Path(f"/dev/shm/vmsup-bystander-{os.getpid()}")  # someone else's segment: not the job's
+    bystander.write_bytes(b"x")
+    try:
+        t0 = time.monotonic()
+        sup.send_signal(signal.SIGTERM)
+        o = _outcome(sup)
+        assert time.monotonic() - t0 < 10, "ended by itself, long before the grace time"
+        assert o == {"exit_code": 7, "escalated": False, "removed_shm": [str(seg)], "noted_shm": [str(seg)]}
+        assert (tmp_path / "pids.term").read_text() == "got it"
+        assert not seg.exists() and bystander.exists()
+        assert not any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE for p in pids)
+    finally:
+        bystander.unlink()
+        seg.unlink(missing_ok=True)
+
+
+def test_a_rank_that_ignores_sigterm_is_killed_after_the_grace_time(tmp_path):
+    grace = 1.5
+    sup, out, seg, pids = _start(tmp_path, grace=grace, rank_ignores=True)
+    try:
+        rank = psutil.Process(pids[1])
+        t0 = time.monotonic()
+        sup.send_signal(signal.SIGTERM)
+        o = _outcome(sup)
+        took = time.monotonic() - t0
+        assert grace <= took < grace + 5, took
+        # The rank was SIGKILLed; its parent, whose SIGTERM handler waited for it, then exited 7 by itself.
+        assert o == {"exit_code": 7, "escalated": True, "removed_shm": [str(seg)], "noted_shm": [str(seg)]}
+        assert not rank.is_running() or rank.status() == psutil.STATUS_ZOMBIE
+        assert not seg.exists()
+    finally:
+        seg.unlink(missing_ok=True)
+
+
+def test_a_second_signal_kills_at_once(tmp_path):
+    sup, out, seg, pids = _start(tmp_path, grace=60.0, rank_ignores=True)
+    try:
+        sup.send_signal(signal.SIGTERM)
+        time.sleep(0.3)
+        t0 = time.monotonic()
+        sup.send_signal(signal.SIGINT)
+        o = _outcome(sup)
+        assert time.monotonic() - t0 < 10 and o["escalated"] and not seg.exists()
+    finally:
+        seg.unlink(missing_ok=True)
+
+
+EXITS = [("sys.exit(0)", 0), ("sys.exit(5)", 5), ("os.kill(os.getpid(), 9)", 137), ("os.kill(os.getpid(), 15)", 143)]
+
+
+@pytest.mark.parametrize(("code", "expected"), EXITS)
+def test_exit_status_mapping(code, expected):
+    r = subprocess.run([sys.executable, "-c", SUPERVISOR, "3", sys.executable, "-c", f"import os, sys; {code}"],
+                       capture_output=True, text=True, timeout=30)  # fmt: skip
+    assert json.loads(r.stdout)["exit_code"] == expected
+    assert exit_status(-signal.SIGKILL) == 137 and exit_status(3) == 3
