@@ -33,6 +33,7 @@ _START = attrgetter("start_time")
 _ID = attrgetter("job_id")
 _HELD = attrgetter("held")
 _END = attrgetter("expected_end")
+_SUSPENDED = attrgetter("suspended")
 
 
 class RunningSet:
@@ -59,11 +60,11 @@ class RunningSet:
     def split(self) -> tuple[list[RunningJob], list[RunningJob]]:
         """(active, suspended), oldest start first."""
         if self._split is None:
-            active: list[RunningJob] = []
-            suspended: list[RunningJob] = []
-            for r in self.by_id.values():
-                (suspended if r.suspended else active).append(r)
-            self._split = active, suspended
+            jobs = list(self.by_id.values())
+            if any(map(_SUSPENDED, jobs)):
+                self._split = [r for r in jobs if not r.suspended], [r for r in jobs if r.suspended]
+            else:  # the common case, in C: nothing suspended
+                self._split = jobs, []
         return self._split
 
     def releases(self) -> tuple[list[float], list[int]]:
