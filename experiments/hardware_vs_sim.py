@@ -12,12 +12,18 @@ Steps (each a command, printed as it runs):
     python experiments/hardware_vs_sim.py --out results-hw [--replay DIR] [--dedicated DIR]
 
 --replay/--dedicated reuse runs already made (steps 2-3 take about 15 minutes). Last line: JSON.
+
+The real runs are only worth comparing on a quiet node: the share of the node's CPU time that other
+processes took during steps 2 and 3 is measured (vmsim-calibrate's LoadMeter) and printed; above 10 %
+the comparison measures that contention more than the simulator. (On a node with the kernel's
+autogroup scheduling, `nice` does not make other sessions' work yield to a measurement.)
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -27,6 +33,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from vmsched.launcher.replay import slug  # noqa: E402
+from vmsched.sim.calibrate import FOREIGN_MAX_PCT, LoadMeter  # noqa: E402
 from vmsched.sim.compare import agreement  # noqa: E402
 from vmsched.sim.runtime_model import load_model, slowdown  # noqa: E402
 from vmsched.workloads.catalog import APPS  # noqa: E402
@@ -42,6 +49,14 @@ NOMINAL_T1 = ["--t1", "ep.W=19.6", "--t1", "mg.W=20.2", "--t1", "ft.W=15.3", "--
 def sh(*argv: str | Path) -> None:
     print("$", " ".join(map(str, argv)), flush=True)
     subprocess.run([str(a) for a in argv], check=True, stdout=subprocess.DEVNULL)
+
+
+def busy_sh(meter: LoadMeter, foreign: dict[str, float], step: str, *argv: str | Path) -> None:
+    """sh(), and the share of the node's CPU time that processes other than ours took meanwhile."""
+    before, t0 = meter.reading(), time.monotonic()
+    sh(*argv)
+    foreign[step] = round(meter.foreign_pct(before, meter.reading(), time.monotonic() - t0), 1)
+    print(f"  other processes took {foreign[step]} % of the node's CPU time during the {step} runs", flush=True)
 
 
 def wall(key: str, n: int) -> float:
@@ -61,6 +76,7 @@ def main() -> int:
     ap.add_argument("--dedicated", type=Path, help="reuse this vmreplay output of the dedicated runs")
     args = ap.parse_args()
     out = args.out.resolve()
+    meter, foreign = LoadMeter(sorted(os.sched_getaffinity(0))), {}
     out.mkdir(parents=True, exist_ok=True)
     work = out / "workload"
     if not work.exists():
@@ -75,7 +91,7 @@ def main() -> int:
         lines = [f"{i + 1} {i * 30} -1 -1 -1 -1 -1 4 -1 -1 -1 -1 -1 {i} 2 -1 -1 -1" for i in range(len(KEYS))]
         (ded / "trace.swf").write_text("; Version: 2.2\n; MaxProcs: 2\n" + "\n".join(lines) + "\n")
         dedicated = out / "dedicated"
-        sh(BIN / "vmreplay", ded, "--private", "--policy", "fcfs", "--out", dedicated)
+        busy_sh(meter, foreign, "dedicated", BIN / "vmreplay", ded, "--private", "--policy", "fcfs", "--out", dedicated)
     # 4 ranks alone on the 2 CPUs (MPL 2) -> the time at 4 ranks on 4 CPUs that vmsim folds by the
     # runtime model: T(4) * 2 (ranks per CPU) * s(class, MPL 2) = the time measured.
     model = load_model()
@@ -90,11 +106,15 @@ def main() -> int:
     replay = args.replay
     if replay is None:
         replay = out / "replay"
-        sh(BIN / "vmreplay", work, "--private", *[a for p in POLICIES for a in ("--policy", p)], "--out", replay)
+        busy_sh(meter, foreign, "replay", BIN / "vmreplay", work, "--private",
+                *[a for p in POLICIES for a in ("--policy", p)], "--out", replay)  # fmt: skip
     sim = out / "sim"
     sh(BIN / "vmsim", work, *t1, *[a for p in POLICIES for a in ("--policy", p)], "--compare-with", replay,
        "--out", sim)  # fmt: skip
-    result: dict[str, object] = {"t1": dict(a.split("=") for a in t1[1::2])}
+    result: dict[str, object] = {"t1": dict(a.split("=") for a in t1[1::2]), "foreign_cpu_pct": foreign}
+    if any(pct > FOREIGN_MAX_PCT for pct in foreign.values()):
+        print(f"WARNING: other processes took more than {FOREIGN_MAX_PCT} % of the node during the real runs "
+              f"({foreign}): the measured times say how busy the node was, not how good the simulation is")  # fmt: skip
     for name in ("fcfs+easy:abort/fifo", "fjt[fjt_long_mpl=1]+easy:malleable/fifo"):
         measured = records_from_swf(read_swf(replay / slug(name) / "result.swf"))
         simulated = records_from_swf(read_swf(sim / slug(name) / "result.swf"))
