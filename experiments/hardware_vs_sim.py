@@ -5,7 +5,8 @@ Steps (each a command, printed as it runs):
 1. generate the workload (vmworkload generate; 5 class-W apps, 2 CPUs, load 0.85, 300 s of arrivals);
 2. each application's run time alone, the simulator's input (like the run time field of an SWF log),
    at every size a policy may give it: 1 and 2 ranks under plain mpiexec, 4 ranks (folded at MPL 2 on
-   the 2 CPUs) through a private launcher (vmreplay of a 5-job trace, 30 s apart);
+   the 2 CPUs) through a private launcher (one vmreplay of a 1-job trace per application, so that no
+   run overlaps the next however slow the node is);
 3. the real replay of the workload under each policy (vmreplay --private);
 4. vmsim of the same workload and policies with those run times, --compare-with the replay.
 
@@ -84,18 +85,22 @@ def main() -> int:
            "300", "--seed", "3", *NOMINAL_T1, "--params-dir", work)  # fmt: skip
     dedicated = args.dedicated
     if dedicated is None:
-        ded = out / "dedicated-workload"
-        ded.mkdir(exist_ok=True)
-        for name in ("template.txt", "allowed_procs.txt", "job_types.txt"):
-            shutil.copy(work / name, ded / name)
-        lines = [f"{i + 1} {i * 30} -1 -1 -1 -1 -1 4 -1 -1 -1 -1 -1 {i} 2 -1 -1 -1" for i in range(len(KEYS))]
-        (ded / "trace.swf").write_text("; Version: 2.2\n; MaxProcs: 2\n" + "\n".join(lines) + "\n")
         dedicated = out / "dedicated"
-        busy_sh(meter, foreign, "dedicated", BIN / "vmreplay", ded, "--private", "--policy", "fcfs", "--out", dedicated)
+        for i, key in enumerate(KEYS):
+            # One replay per application: a trace of several, however far apart, overlaps them when
+            # the node is slow, and each is then measured sharing the CPUs with the one before.
+            ded = out / "dedicated-workload" / key
+            ded.mkdir(parents=True, exist_ok=True)
+            for name in ("template.txt", "allowed_procs.txt", "job_types.txt"):
+                shutil.copy(work / name, ded / name)
+            (ded / "trace.swf").write_text(f"; Version: 2.2\n; MaxProcs: 2\n1 0 -1 -1 -1 -1 -1 4 -1 -1 -1 -1 -1 {i} 2 "
+                                           "-1 -1 -1\n")  # fmt: skip
+            busy_sh(meter, foreign, f"dedicated {key}", BIN / "vmreplay", ded, "--private", "--policy", "fcfs",
+                    "--out", dedicated / key)  # fmt: skip
     # 4 ranks alone on the 2 CPUs (MPL 2) -> the time at 4 ranks on 4 CPUs that vmsim folds by the
     # runtime model: T(4) * 2 (ranks per CPU) * s(class, MPL 2) = the time measured.
     model = load_model()
-    alone = sorted(records_from_swf(read_swf(dedicated / "fcfs_fifo" / "result.swf")), key=lambda r: r.submit)
+    alone = [records_from_swf(read_swf(dedicated / key / "fcfs_fifo" / "result.swf"))[0] for key in KEYS]
     t1 = []
     for key, rec in zip(KEYS, alone, strict=True):
         comm = APPS[key].communication
