@@ -5,19 +5,26 @@ Steps (each a command, printed as it runs):
 1. generate the workload (vmworkload generate; 5 class-W apps, 2 CPUs, load 0.85, 300 s of arrivals);
 2. each application's run time alone, the simulator's input (like the run time field of an SWF log),
    at every size a policy may give it: 1 and 2 ranks under plain mpiexec, 4 ranks (folded at MPL 2 on
-   the 2 CPUs) through a private launcher (vmreplay of a 5-job trace, 30 s apart);
+   the 2 CPUs) through a private launcher (one vmreplay of a 1-job trace per application, so that no
+   run overlaps the next however slow the node is);
 3. the real replay of the workload under each policy (vmreplay --private);
 4. vmsim of the same workload and policies with those run times, --compare-with the replay.
 
     python experiments/hardware_vs_sim.py --out results-hw [--replay DIR] [--dedicated DIR]
 
 --replay/--dedicated reuse runs already made (steps 2-3 take about 15 minutes). Last line: JSON.
+
+The real runs are only worth comparing on a quiet node: the share of the node's CPU time that other
+processes took during steps 2 and 3 is measured (vmsim-calibrate's LoadMeter) and printed; above 10 %
+the comparison measures that contention more than the simulator. (On a node with the kernel's
+autogroup scheduling, `nice` does not make other sessions' work yield to a measurement.)
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -27,6 +34,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from vmsched.launcher.replay import slug  # noqa: E402
+from vmsched.sim.calibrate import FOREIGN_MAX_PCT, LoadMeter  # noqa: E402
 from vmsched.sim.compare import agreement  # noqa: E402
 from vmsched.sim.runtime_model import load_model, slowdown  # noqa: E402
 from vmsched.workloads.catalog import APPS  # noqa: E402
@@ -42,6 +50,14 @@ NOMINAL_T1 = ["--t1", "ep.W=19.6", "--t1", "mg.W=20.2", "--t1", "ft.W=15.3", "--
 def sh(*argv: str | Path) -> None:
     print("$", " ".join(map(str, argv)), flush=True)
     subprocess.run([str(a) for a in argv], check=True, stdout=subprocess.DEVNULL)
+
+
+def busy_sh(meter: LoadMeter, foreign: dict[str, float], step: str, *argv: str | Path) -> None:
+    """sh(), and the share of the node's CPU time that processes other than ours took meanwhile."""
+    before, t0 = meter.reading(), time.monotonic()
+    sh(*argv)
+    foreign[step] = round(meter.foreign_pct(before, meter.reading(), time.monotonic() - t0), 1)
+    print(f"  other processes took {foreign[step]} % of the node's CPU time during the {step} runs", flush=True)
 
 
 def wall(key: str, n: int) -> float:
@@ -61,6 +77,7 @@ def main() -> int:
     ap.add_argument("--dedicated", type=Path, help="reuse this vmreplay output of the dedicated runs")
     args = ap.parse_args()
     out = args.out.resolve()
+    meter, foreign = LoadMeter(sorted(os.sched_getaffinity(0))), {}
     out.mkdir(parents=True, exist_ok=True)
     work = out / "workload"
     if not work.exists():
@@ -68,18 +85,22 @@ def main() -> int:
            "300", "--seed", "3", *NOMINAL_T1, "--params-dir", work)  # fmt: skip
     dedicated = args.dedicated
     if dedicated is None:
-        ded = out / "dedicated-workload"
-        ded.mkdir(exist_ok=True)
-        for name in ("template.txt", "allowed_procs.txt", "job_types.txt"):
-            shutil.copy(work / name, ded / name)
-        lines = [f"{i + 1} {i * 30} -1 -1 -1 -1 -1 4 -1 -1 -1 -1 -1 {i} 2 -1 -1 -1" for i in range(len(KEYS))]
-        (ded / "trace.swf").write_text("; Version: 2.2\n; MaxProcs: 2\n" + "\n".join(lines) + "\n")
         dedicated = out / "dedicated"
-        sh(BIN / "vmreplay", ded, "--private", "--policy", "fcfs", "--out", dedicated)
+        for i, key in enumerate(KEYS):
+            # One replay per application: a trace of several, however far apart, overlaps them when
+            # the node is slow, and each is then measured sharing the CPUs with the one before.
+            ded = out / "dedicated-workload" / key
+            ded.mkdir(parents=True, exist_ok=True)
+            for name in ("template.txt", "allowed_procs.txt", "job_types.txt"):
+                shutil.copy(work / name, ded / name)
+            (ded / "trace.swf").write_text(f"; Version: 2.2\n; MaxProcs: 2\n1 0 -1 -1 -1 -1 -1 4 -1 -1 -1 -1 -1 {i} 2 "
+                                           "-1 -1 -1\n")  # fmt: skip
+            busy_sh(meter, foreign, f"dedicated {key}", BIN / "vmreplay", ded, "--private", "--policy", "fcfs",
+                    "--out", dedicated / key)  # fmt: skip
     # 4 ranks alone on the 2 CPUs (MPL 2) -> the time at 4 ranks on 4 CPUs that vmsim folds by the
     # runtime model: T(4) * 2 (ranks per CPU) * s(class, MPL 2) = the time measured.
     model = load_model()
-    alone = sorted(records_from_swf(read_swf(dedicated / "fcfs_fifo" / "result.swf")), key=lambda r: r.submit)
+    alone = [records_from_swf(read_swf(dedicated / key / "fcfs_fifo" / "result.swf"))[0] for key in KEYS]
     t1 = []
     for key, rec in zip(KEYS, alone, strict=True):
         comm = APPS[key].communication
@@ -90,11 +111,15 @@ def main() -> int:
     replay = args.replay
     if replay is None:
         replay = out / "replay"
-        sh(BIN / "vmreplay", work, "--private", *[a for p in POLICIES for a in ("--policy", p)], "--out", replay)
+        busy_sh(meter, foreign, "replay", BIN / "vmreplay", work, "--private",
+                *[a for p in POLICIES for a in ("--policy", p)], "--out", replay)  # fmt: skip
     sim = out / "sim"
     sh(BIN / "vmsim", work, *t1, *[a for p in POLICIES for a in ("--policy", p)], "--compare-with", replay,
        "--out", sim)  # fmt: skip
-    result: dict[str, object] = {"t1": dict(a.split("=") for a in t1[1::2])}
+    result: dict[str, object] = {"t1": dict(a.split("=") for a in t1[1::2]), "foreign_cpu_pct": foreign}
+    if any(pct > FOREIGN_MAX_PCT for pct in foreign.values()):
+        print(f"WARNING: other processes took more than {FOREIGN_MAX_PCT} % of the node during the real runs "
+              f"({foreign}): the measured times say how busy the node was, not how good the simulation is")  # fmt: skip
     for name in ("fcfs+easy:abort/fifo", "fjt[fjt_long_mpl=1]+easy:malleable/fifo"):
         measured = records_from_swf(read_swf(replay / slug(name) / "result.swf"))
         simulated = records_from_swf(read_swf(sim / slug(name) / "result.swf"))

@@ -142,3 +142,32 @@ def test_the_full_machine_shortcut_changes_no_decision(spec: str) -> None:
     assert instants > 100
     takes_it = not (rule.makes_room or rule.molds_queued or (cfg.backfill != "none" and cfg.expiry != "none"))
     assert (shortcuts > 0) == takes_it, (shortcuts, instants)
+
+
+@pytest.mark.parametrize("spec", ["fcfs+easy:none", "fjt+easy:malleable", "folding+conservative:suspend", "sa-start"])
+def test_reusing_what_was_worked_out_for_the_same_tuples_changes_no_decision(spec: str) -> None:
+    """The simulator hands the same queue or running tuple to several calls, and decide() then reuses
+    what it worked out for them (workspace.running_set, orders.ordered_tuple): at every instant, the
+    same snapshot made of fresh tuples (nothing to reuse) gives the same decisions."""
+    from vmsched.launcher.policy.orders import ordered_tuple
+    from vmsched.launcher.policy.workspace import running_set
+
+    cfg = parse_policy_spec(spec)
+    last: list[Snapshot] = []
+    reused = 0
+
+    def check(snap: Snapshot, decisions: list) -> None:
+        nonlocal reused
+        if last and (snap.queue is last[-1].queue or snap.running is last[-1].running):
+            reused += 1
+        last.append(snap)
+        fresh = Snapshot(snap.now, snap.ncpus, tuple(list(snap.queue)), tuple(list(snap.running)))
+        assert fresh.queue is not snap.queue or not snap.queue
+        assert decide(fresh, cfg) == decisions, f"t={snap.now:g}"
+        # Leave the simulator's own tuples remembered, as they were before this check.
+        running_set(snap.running)
+        ordered_tuple(snap.queue, cfg.order)
+
+    for seed in (3, 4):
+        simulate(_workload(seed, n=60), 8, cfg, folding_runtime, on_decide=check)
+    assert reused > 20, reused

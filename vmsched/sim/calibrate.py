@@ -141,9 +141,9 @@ class LoadMeter:
     the partition's CPUs: non-idle time of those CPUs in /proc/stat minus what this process, its reaped
     children (the jobs) and the CPU manager used."""
 
-    def __init__(self, cpus: list[int], manager: Manager) -> None:
+    def __init__(self, cpus: list[int], manager: Manager | None = None) -> None:
         self.cpus = {f"cpu{c}" for c in cpus}
-        self.manager = psutil.Process(manager.proc.pid) if manager.proc else None
+        self.manager = psutil.Process(manager.proc.pid) if manager is not None and manager.proc else None
         self.tick = os.sysconf("SC_CLK_TCK")
 
     def _busy_s(self) -> float:

@@ -36,7 +36,7 @@ def folding_runtime(job: QueuedJob, nranks: int, cpus: int) -> float:
     return estimate_at(job, nranks) * max(1.0, nranks / cpus)
 
 
-@dataclass
+@dataclass(slots=True)
 class JobRecord:
     """One job's outcome; for an aborted and restarted job, its last run."""
 
@@ -59,7 +59,7 @@ class JobRecord:
         return self.end - self.submit
 
 
-@dataclass
+@dataclass(slots=True)
 class _Run:
     """A started job: its snapshot view, and how far it got (the fraction left at t_mark)."""
 
@@ -77,7 +77,7 @@ class _Run:
     def elastic(self) -> bool:
         """Whether its partition can change size (its minimum is below its rank count)."""
         v = self.view
-        return not v.suspended and minimum_partition(v.nranks, v.max_mpl) < v.nranks
+        return 0 < v.held < v.nranks  # held: its minimum partition, 0 while suspended
 
 
 class Simulation:
@@ -98,6 +98,7 @@ class Simulation:
         self.on_decide, self.max_events, self.progress = on_decide, max_events, progress
         self.queue: dict[int, QueuedJob] = {}  # arrival order; a dict so that a start is O(1)
         self._queue_tuple: tuple[QueuedJob, ...] | None = None  # the snapshot's view of `queue`
+        self._running_tuple: tuple[RunningJob, ...] | None = None  # ... and of `views`
         self.running: dict[int, _Run] = {}
         self.views: dict[int, RunningJob] = {}  # job id -> its view, in start order
         self.ends: list[tuple[float, int, int]] = []  # heap of (end, job id, version)
@@ -110,9 +111,13 @@ class Simulation:
         self.windows_act = cfg.backfill != "none" and cfg.expiry != "none"
 
     def snapshot(self) -> Snapshot:
-        if self._queue_tuple is None:  # rebuilt only after the queue changed, not at every finish
+        # Each rebuilt only after it changed: the queue not at every finish, the running jobs not at
+        # every arrival.
+        if self._queue_tuple is None:
             self._queue_tuple = tuple(self.queue.values())
-        return Snapshot(self.now, self.ncpus, self._queue_tuple, tuple(self.views.values()))
+        if self._running_tuple is None:
+            self._running_tuple = tuple(self.views.values())
+        return Snapshot(self.now, self.ncpus, self._queue_tuple, self._running_tuple)
 
     def run(self) -> list[JobRecord]:
         pending, nxt = self.pending, 0
@@ -185,6 +190,7 @@ class Simulation:
             run = _Run(job, view, t_mark=self.now)
             self.running[d.job_id] = run
             self.views[d.job_id] = view
+            self._running_tuple = None
             self._add(run)
         elif isinstance(d, SetMaxMpl):
             self._change(self.running[d.job_id], max_mpl=d.max_mpl)
@@ -215,6 +221,7 @@ class Simulation:
         if not popped:
             del self.running[jid]
             del self.views[jid]
+            self._running_tuple = None
         if jid in self.elastic:
             self.elastic.discard(jid)
         elif not run.view.suspended:
@@ -230,6 +237,7 @@ class Simulation:
     def _set_view(self, run: _Run, view: RunningJob) -> None:
         run.view = view
         self.views[view.job_id] = view
+        self._running_tuple = None
 
     # -- partitions and progress -------------------------------------------------------------------
     def _account(self, run: _Run) -> None:

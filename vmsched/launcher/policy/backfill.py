@@ -34,11 +34,11 @@ def reservations(
     ordered = ws.ordered()
     for job in ordered if depth >= len(ordered) else ordered[: int(depth)]:
         shape = rule.preferred(job, ws)
-        duration = estimate_at(job, shape.nranks)
-        start = profile.earliest_start(shape.cpus, duration)
+        duration, cpus = estimate_at(job, shape.nranks), shape.cpus
+        start = profile.earliest_start(cpus, duration)
         if start is not None:
-            profile.reserve(start, start + duration, shape.cpus)
-            plan[job.job_id] = (start, start + duration, shape.cpus)
+            profile.reserve(start, start + duration, cpus)
+            plan[job.job_id] = (start, start + duration, cpus)
     return profile, plan
 
 
@@ -98,9 +98,9 @@ def backfill(ws: Workspace, rule: StartRule, head: QueuedJob) -> None:
             profile.release(*own)
         if profile.fits_from_now(floor, job.estimate):
             for shape in rule.backfill_shapes(job, ws):
-                duration = estimate_at(job, shape.nranks)
-                if profile.fits_from_now(shape.cpus, duration) and ws.fits(job.job_id, shape):
-                    profile.reserve(ws.now, ws.now + duration, shape.cpus)
+                duration, cpus = estimate_at(job, shape.nranks), shape.cpus
+                if profile.fits_from_now(cpus, duration) and ws.fits(job.job_id, shape):
+                    profile.reserve(ws.now, ws.now + duration, cpus)
                     until, held = ws.now + duration, _describe_plan(plan, head, depth, job.job_id)
                     reason = f"{ws.cfg.backfill} backfill ({rule.name}): {shape.nranks} ranks until t={until:g} {held}"
                     reason += fold_note(job, shape, ws.ncpus)

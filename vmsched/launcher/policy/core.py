@@ -9,8 +9,6 @@ knows whether the launcher daemon or the simulator applies them.
 
 from __future__ import annotations
 
-from operator import attrgetter
-
 from .backfill import backfill
 from .config import PolicyConfig
 from .decisions import Decision, Start
@@ -18,9 +16,7 @@ from .expiry import act_on_expired, actionable, expired_jobs
 from .sizes import Shape
 from .snapshot import QueuedJob, Snapshot
 from .start_rules import RULES, StartRule
-from .workspace import Workspace
-
-_HELD = attrgetter("held")
+from .workspace import Workspace, running_set
 
 
 def decide(snapshot: Snapshot, cfg: PolicyConfig) -> list[Decision]:
@@ -38,7 +34,7 @@ def no_room(snapshot: Snapshot, cfg: PolicyConfig, rule: StartRule) -> bool:
     (tests/test_vmsim_parity.py checks it); a simulated queue hits it at a third of its events."""
     if rule.makes_room or rule.molds_queued or (cfg.backfill != "none" and cfg.expiry != "none"):
         return False
-    return sum(map(_HELD, snapshot.running)) >= snapshot.ncpus
+    return running_set(snapshot.running).used >= snapshot.ncpus
 
 
 def decide_in_workspace(snapshot: Snapshot, cfg: PolicyConfig, rule: StartRule) -> list[Decision]:

@@ -55,3 +55,21 @@ def ordered_queue(queue: Sequence[QueuedJob], order: str) -> list[QueuedJob]:
         return sorted(sorted(queue, key=_SUBMIT), key=_ESTIMATE, reverse=True)  # reverse keeps stability
     key = ORDER_KEYS[order]
     return [job for _, job in sorted(((key(job, pos), job) for pos, job in enumerate(queue)), key=lambda kj: kj[0])]
+
+
+_last: tuple[tuple[QueuedJob, ...], str, tuple[QueuedJob, ...]] | None = None
+
+
+def ordered_tuple(queue: tuple[QueuedJob, ...], order: str) -> tuple[QueuedJob, ...]:
+    """ordered_queue as a tuple; for the same queue tuple as the last call, the last result again.
+
+    A driver may hand the same queue to several calls (the simulator does at every finish that started
+    nothing). The order is a function of the immutable tuple alone, so reuse changes how fast, never what.
+    """
+    global _last
+    last = _last  # read once: another thread may replace it meanwhile
+    if last is not None and last[0] is queue and last[1] == order:
+        return last[2]
+    out = tuple(ordered_queue(queue, order))
+    _last = (queue, order, out)
+    return out

@@ -105,9 +105,9 @@ class FreeProfile:
         lowest = most + 1  # fewest free so far, capped: sizes above `most` are not asked for
         for t, f in zip(self._times, self._free, strict=True):
             if f < lowest:
-                for c in range(max(f, 0) + 1, lowest):
-                    out[c] = t - self.now
-                lowest = max(f, 0) + 1
+                low = max(f, 0) + 1
+                out[low:lowest] = [t - self.now] * (lowest - low)  # one C-level step, not a loop over sizes
+                lowest = low
                 if lowest <= 1:
                     break
         return out

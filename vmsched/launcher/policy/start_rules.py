@@ -52,7 +52,10 @@ class StartRule:
         # The best shape the machine can ever hold: a reservation for a shape that never fits would
         # protect nothing, and backfilled jobs could then keep the job waiting for ever.
         shapes = self.shapes(job, ws)
-        return next((s for s in shapes if s.cpus <= ws.ncpus), shapes[0])
+        for s in shapes:  # asked for the head at every pass: a plain loop is cheapest
+            if s.cpus <= ws.ncpus:
+                return s
+        return shapes[0]
 
     def backfill_shapes(self, job: QueuedJob, ws: Workspace) -> list[Shape]:
         return self.shapes(job, ws)

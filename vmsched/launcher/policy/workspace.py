@@ -13,7 +13,7 @@ from vmsched.cpumanager.partition import minimum_partition
 
 from .config import PolicyConfig
 from .decisions import Abort, Decision, Mold, Resume, SetMaxMpl, Start, Suspend
-from .orders import ordered_queue
+from .orders import ordered_tuple
 from .profile import FreeProfile
 from .sizes import Shape, estimate_at
 from .snapshot import QueuedJob, RunningJob, Snapshot
@@ -33,9 +33,61 @@ _START = attrgetter("start_time")
 _ID = attrgetter("job_id")
 _HELD = attrgetter("held")
 _END = attrgetter("expected_end")
+_SUSPENDED = attrgetter("suspended")
 
 
-@dataclass
+class RunningSet:
+    """What a snapshot's running jobs amount to, worked out once per tuple of them.
+
+    A driver may hand the same tuple to several calls (the simulator does at every arrival that changed
+    nothing running, and hold_idle_cpus asks about the snapshot decide() just saw); the last tuple's
+    results are then reused. They depend only on that immutable tuple, so reuse changes how fast, never
+    what. Callers must not modify the lists it hands out.
+    """
+
+    __slots__ = ("jobs", "by_id", "used", "_split", "_by_end")
+
+    def __init__(self, jobs: tuple[RunningJob, ...]) -> None:
+        self.jobs = jobs
+        # Sorted by start so that the result never depends on the order the driver listed them in.
+        # Two stable sorts on C-level keys build no key tuples (drivers list them mostly in order already).
+        ordered = sorted(sorted(jobs, key=_ID), key=_START)
+        self.by_id = {r.job_id: r for r in ordered}
+        self.used = sum(map(_HELD, ordered))  # CPUs held at their minimum partitions
+        self._split: tuple[list[RunningJob], list[RunningJob]] | None = None
+        self._by_end: tuple[list[float], list[int]] | None = None
+
+    def split(self) -> tuple[list[RunningJob], list[RunningJob]]:
+        """(active, suspended), oldest start first."""
+        if self._split is None:
+            jobs = list(self.by_id.values())
+            if any(map(_SUSPENDED, jobs)):
+                self._split = [r for r in jobs if not r.suspended], [r for r in jobs if r.suspended]
+            else:  # the common case, in C: nothing suspended
+                self._split = jobs, []
+        return self._split
+
+    def releases(self) -> tuple[list[float], list[int]]:
+        """The active jobs' expected ends, in order, and the CPUs each then releases."""
+        if self._by_end is None:
+            by_end = sorted(self.split()[0], key=_END)
+            self._by_end = list(map(_END, by_end)), list(map(_HELD, by_end))
+        return self._by_end
+
+
+_last_running: RunningSet | None = None
+
+
+def running_set(jobs: tuple[RunningJob, ...]) -> RunningSet:
+    """The RunningSet of a snapshot's running jobs (the last one's again for the same tuple)."""
+    global _last_running
+    last = _last_running  # read once: another thread may replace it meanwhile
+    if last is None or last.jobs is not jobs:
+        last = _last_running = RunningSet(jobs)
+    return last
+
+
+@dataclass(slots=True)
 class Workspace:
     now: float
     ncpus: int
@@ -53,14 +105,13 @@ class Workspace:
     _long_queued: int = -1
     _active: list[RunningJob] | None = None
     _suspended: list[RunningJob] | None = None
+    _base: RunningSet | None = None  # the snapshot's running jobs, until a decision changes them
 
     @classmethod
     def from_snapshot(cls, snapshot: Snapshot, cfg: PolicyConfig) -> Workspace:
-        # Sorted by start so that the result never depends on the order the driver listed them in.
-        # Two stable sorts on C-level keys build no key tuples (drivers list them mostly in order already).
-        running = sorted(sorted(snapshot.running, key=_ID), key=_START)
-        ws = cls(snapshot.now, snapshot.ncpus, cfg, {r.job_id: r for r in running}, snapshot.queue)
-        ws._used = sum(map(_HELD, running))
+        base = running_set(snapshot.running)
+        ws = cls(snapshot.now, snapshot.ncpus, cfg, base.by_id.copy(), snapshot.queue)
+        ws._used, ws._base = base.used, base
         return ws
 
     # --- what the machine looks like -------------------------------------------------------------
@@ -89,6 +140,9 @@ class Workspace:
 
     def _split_running(self) -> None:
         # Asked several times per call (profile, expiry, backfill); kept until the running set changes.
+        if self._base is not None:
+            self._active, self._suspended = self._base.split()
+            return
         self._active, self._suspended = [], []
         for r in self.running.values():
             (self._suspended if r.suspended else self._active).append(r)
@@ -97,7 +151,7 @@ class Workspace:
         """The queue in priority order (immutable: callers may keep it while jobs start)."""
         # Started jobs are filtered out here, once per batch of starts, not removed one by one.
         if self._ordered is None:
-            self._ordered = tuple(ordered_queue(self.waiting, self.cfg.order))
+            self._ordered = ordered_tuple(self.waiting, self.cfg.order)
             self._ordered_gone = 0
         if self._ordered_gone != len(self.gone):
             gone = self.gone
@@ -107,8 +161,10 @@ class Workspace:
 
     def free_now(self, mpl_changes: dict[int, int] | None = None) -> int:
         """CPUs left once every running job is shrunk to its minimum partition."""
+        if not mpl_changes:  # asked several times per queued job: the common case first
+            return self.ncpus - self._used
         used = self._used
-        for jid, mpl in (mpl_changes or {}).items():
+        for jid, mpl in mpl_changes.items():
             r = self.running[jid]
             if not r.suspended:
                 used += minimum_partition(r.nranks, mpl) - minimum_partition(r.nranks, r.max_mpl)
@@ -121,14 +177,18 @@ class Workspace:
 
     def profile(self) -> FreeProfile:
         """Free CPUs from now on as running jobs reach their estimated ends."""
-        by_end = sorted(self.active(), key=_END)
-        return FreeProfile.of_sorted(self.now, self.free_now(), list(map(_END, by_end)), list(map(_HELD, by_end)))
+        if self._base is not None:
+            ends, cpus = self._base.releases()
+        else:
+            by_end = sorted(self.active(), key=_END)
+            ends, cpus = list(map(_END, by_end)), list(map(_HELD, by_end))
+        return FreeProfile.of_sorted(self.now, self.free_now(), ends, cpus)
 
     def _replace_running(self, job: RunningJob) -> None:
         old = self.running.get(job.job_id)
         self._used += min_cpus(job) - (min_cpus(old) if old is not None else 0)
         self.running[job.job_id] = job
-        self._active = self._suspended = None
+        self._active = self._suspended = self._base = None
 
     # --- decisions -------------------------------------------------------------------------------
 
@@ -145,21 +205,10 @@ class Workspace:
         self.gone.add(job.job_id)
         if self._long_queued >= 0:
             self._long_queued -= job.job_class == "long"
-        self._replace_running(
-            RunningJob(
-                job_id=job.job_id,
-                nranks=shape.nranks,
-                max_mpl=shape.max_mpl,
-                cpus=shape.cpus,
-                start_time=self.now,
-                estimate=estimate,
-                job_class=job.job_class,
-                backfilled=backfilled,
-                window_end=window_end,
-                submit_time=job.submit_time,
-                max_mpl_cap=job.max_mpl,
-            )
-        )
+        # Positional arguments (RunningJob's field order): one is built per started job.
+        started = RunningJob(job.job_id, shape.nranks, shape.max_mpl, shape.cpus, self.now, estimate, job.job_class,
+                             backfilled, window_end, False, job.submit_time, job.max_mpl)  # fmt: skip
+        self._replace_running(started)
         self.decisions.append(Start(job.job_id, shape.nranks, shape.max_mpl, backfilled, window_end, reason, estimate))
 
     def mold(self, job: QueuedJob, nranks: int, reason: str) -> QueuedJob:
@@ -184,7 +233,7 @@ class Workspace:
         # The requeued job is back in the next snapshot's queue, not in this one: restarting it in
         # the same call would only undo the abort.
         self._used -= min_cpus(self.running.pop(job_id))
-        self._active = self._suspended = None
+        self._active = self._suspended = self._base = None
         self.touched.add(job_id)
         self.decisions.append(Abort(job_id, True, reason))
 
