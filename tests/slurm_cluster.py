@@ -174,3 +174,52 @@ PartitionName=vm Nodes={",".join(NODES)} Default=YES OverSubscribe={oversubscrib
                     p.kill()
                     p.wait()
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+class VmschedCluster:
+    """The test cluster with vmsched on its nodes, as docs/slurm.md sets a site up: the SPANK plugin in
+    plugstack.conf and one CPU manager per node on its own CPUs, state directory and config
+    (`<vm root>/<node>/vmsched.toml`, which the plugin finds through `config=<vm root>/%n/vmsched.toml`)."""
+
+    def __init__(self, node_cpus: dict[str, str] | None = None, quantum_ms: float = 10.0, max_mpl: int = 4,
+                 oversubscribe: str = "FORCE:4") -> None:  # fmt: skip
+        from tests.conftest import CpuManagerProcess
+        from vmsched.slurm.build import build, plugstack_line
+
+        self.vm_root = Path(tempfile.mkdtemp(prefix="vmsched-slurm-vm-"))
+        self.vm_root.chmod(0o755)
+        plugin = build(self.vm_root / "spank_vmsched.so")
+        self.plugstack = self.vm_root / "plugstack.conf"
+        self.plugstack.write_text(plugstack_line(plugin, f"{self.vm_root}/%n/vmsched.toml") + "\n")
+        self.quantum_ms = quantum_ms
+        self.managers: dict[str, CpuManagerProcess] = {}
+        for node, cpus in (node_cpus or {"n1": "0", "n2": "1"}).items():
+            d = self.vm_root / node
+            d.mkdir()
+            (d / "vmsched.toml").write_text(f'state_dir = "{d}"\n[cpumanager]\ncpus = "{cpus}"\n'
+                                            f"quantum_ms = {quantum_ms}\n[slurm]\nmax_mpl = {max_mpl}\n")  # fmt: skip
+            self.managers[node] = CpuManagerProcess(d, cpus, quantum_ms)
+        self.cluster = SlurmCluster(extra_conf=f"PlugStackConfig={self.plugstack}", oversubscribe=oversubscribe)
+
+    def start(self) -> VmschedCluster:
+        try:
+            for m in self.managers.values():
+                m.start()
+            self.cluster.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def status(self, node: str) -> dict:
+        with self.managers[node].client() as c:
+            return c.status()
+
+    def stop(self) -> None:
+        try:
+            self.cluster.stop()
+        finally:
+            for m in self.managers.values():
+                if m.proc is not None:
+                    m.stop()
+            shutil.rmtree(self.vm_root, ignore_errors=True)

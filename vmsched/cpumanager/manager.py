@@ -387,9 +387,12 @@ class CpuManager:
             self._scan(j)
         live_jobs = {t.job_id for t in self.ranks.values()}
         for j in jobs.values():
-            # Without a leader a job ends when every rank that registered is gone.
-            if j.job_id in ended_jobs or (not j.leader_pid and self.verified.get(j.job_id, 0) > 0
-                                          and j.job_id not in live_jobs):  # fmt: skip
+            # Without a leader a job ends when every rank that registered is gone; with one, also once
+            # all its ranks registered and are gone (a Slurm step's ranks end before its slurmstepd,
+            # which may take a while to report the step: its CPUs go to the others at once).
+            seen = self.verified.get(j.job_id, 0)
+            gone = seen > 0 and j.job_id not in live_jobs
+            if j.job_id in ended_jobs or (gone and (not j.leader_pid or seen >= j.nranks)):
                 self._release(j, "finished")
         # Affinity: at once for jobs whose partition or queue changed; for the rest a slice of the
         # ranks per quantum (every rank once per repin period) in case something else changed it.
