@@ -10,6 +10,7 @@ pid and stopped too. Needs Debian's `slurm-wlm` and `munge` (the README's test c
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import signal
 import socket
@@ -46,12 +47,16 @@ class SlurmCluster:
         key.chmod(0o400)
         self.ctld_port = free_port()
         self.node_ports = {n: free_port() for n in NODES}
+        # Job ids differ from one test cluster to the next: MPICH names its node segments after the PMI
+        # job ("<job>.<step>" under Slurm), and a segment left by a job killed during MPI_Init on an
+        # earlier cluster would otherwise be found by the next cluster's job of the same id.
         nodes = "\n".join(
             f"NodeName={n} NodeHostname=localhost NodeAddr=127.0.0.1 Port={p} CPUs={cpus_per_node} State=UNKNOWN"
             for n, p in self.node_ports.items()
         )
         self.conf.write_text(f"""\
 ClusterName=vmtest
+FirstJobId={random.randrange(1000, 60_000_000)}
 SlurmctldHost=localhost(127.0.0.1)
 SlurmctldPort={self.ctld_port}
 AuthType=auth/munge
