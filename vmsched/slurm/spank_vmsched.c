@@ -39,7 +39,7 @@
 
 SPANK_PLUGIN(vmsched, 1);
 
-#define MAX_MPL_LIMIT 1024      /* a job's ranks per node are at most this (the manager's MAX_RANKS) */
+#define MAX_MPL_LIMIT 1024      /* max MPL, and ranks of a step per node, at most (the manager's MAX_RANKS) */
 #define HELPER_TIMEOUT_MS 20000 /* the helper's own requests time out sooner; this is the last resort */
 #define OUT_MAX 8192
 #define ALLOC_TPN_VAR "VMSCHED_ALLOC_TASKS_PER_NODE"
@@ -152,9 +152,12 @@ static int run_helper(char *const argv[], char *out, size_t outlen) {
     }
     out[n] = 0;
     close(fd[0]);
-    int status;
-    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-    }
+    int status = 0;
+    pid_t w;
+    do {
+        w = waitpid(pid, &status, 0);
+    } while (w < 0 && errno == EINTR);
+    if (w != pid) return -1; /* its status is unknown: do not take it for a success */
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
@@ -251,8 +254,10 @@ int slurm_spank_init_post_opt(spank_t sp, int ac, char **av) {
              * allocation's tasks per node. */
             char tpn[1024] = "";
             int n = -1;
+            /* From the job's environment: a user may state more ranks than the allocation has, as
+             * they may ask Slurm for more tasks with -O; the manager's limits apply either way. */
             if (spank_getenv(sp, ALLOC_TPN_VAR, tpn, sizeof tpn) == ESPANK_SUCCESS) n = tasks_on_node(tpn, nodeid);
-            if (n < 1) {
+            if (n < 1 || n > MAX_MPL_LIMIT) {
                 snprintf(why_plain, sizeof why_plain,
                          "vmsched: job %u step %u: cannot tell how many ranks mpiexec starts on this node; "
                          "running as plain MPI", job_id, step_id);
