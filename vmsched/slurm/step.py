@@ -65,7 +65,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with CpuManagerClient(cfg, timeout_s=REQUEST_TIMEOUT_S) as client:
             if args.action == "release":
-                client.release(vm_id)
+                # Usually the manager released it already, when its ranks had all exited.
+                if any(j["job"] == vm_id for j in client.status()["jobs"]):
+                    client.release(vm_id)
                 return 0
             if args.uid is None or args.nranks is None or args.leader is None:
                 print("vmsched: admit needs --uid, --nranks and --leader")
