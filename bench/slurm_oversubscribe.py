@@ -26,10 +26,13 @@ import tempfile
 import time
 from pathlib import Path
 
+import psutil
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.slurm_cluster import SlurmCluster, VmschedCluster  # noqa: E402
-from vmsched.vmruntime.testing import compile_c_program, rank_pids, selftest_cmd  # noqa: E402
+from vmsched.vmruntime.shmclean import mapped_segments, remove_leftovers  # noqa: E402
+from vmsched.vmruntime.testing import compile_c_program, selftest_cmd  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 COMPUTE = selftest_cmd("send", "--variant", "50x1", "--iters", "1000000", "--work", "50")  # runs until cancelled
@@ -49,8 +52,22 @@ def ring(cluster: SlurmCluster, exe: Path, iters: int) -> dict:
     return out
 
 
+def job_processes(cluster: SlurmCluster, name: str) -> list[int]:
+    """The processes of this cluster's job `name` (their environment says so)."""
+    found = []
+    for p in psutil.process_iter():
+        try:
+            env = p.environ()
+        except psutil.Error:
+            continue
+        if env.get("SLURM_CONF") == str(cluster.conf) and env.get("SLURM_JOB_NAME") == name:
+            found.append(p.pid)
+    return found
+
+
 def with_compute(cluster: SlurmCluster, running: object, fn: object) -> dict:
-    """Run fn() while the compute job runs on n1 (started by srun, cancelled after)."""
+    """Run fn() while the compute job runs on n1 (started by srun, cancelled after; the MPICH segments a
+    cancelled job leaves are removed - under vmsched the CPU manager does that, under Slurm alone nobody)."""
     comp = subprocess.Popen(srun("-n", str(COMPUTE_RANKS), "-J", "compute", *COMPUTE), env=cluster.env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
     try:
@@ -60,8 +77,17 @@ def with_compute(cluster: SlurmCluster, running: object, fn: object) -> dict:
         time.sleep(0.5)  # past start-up, computing
         return fn()  # type: ignore[operator]
     finally:
+        segments = set().union(*(mapped_segments(p) for p in job_processes(cluster, "compute")))
         cluster.run("scancel", "-n", "compute", check=False)
         comp.wait(60)
+        deadline = time.monotonic() + 30
+        while cluster.run("squeue", "-h", check=False).stdout.strip() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        removed = remove_leftovers(segments)
+        print(
+            f"cancelled compute job: {len(segments)} MPICH segments mapped, {len(removed)} left and removed",
+            file=sys.stderr,
+        )
 
 
 def main() -> int:
@@ -97,7 +123,7 @@ def main() -> int:
 
             def compute_running() -> bool:
                 r = c.run("squeue", "-h", "-n", "compute", "-t", "R", check=False)
-                return bool(r.stdout.strip()) and len(rank_pids(c.procs["n1"].pid)) >= COMPUTE_RANKS
+                return bool(r.stdout.strip()) and len(job_processes(c, "compute")) >= COMPUTE_RANKS
 
             plain = with_compute(c, compute_running, lambda: ring(c, exe, iters))
         finally:
