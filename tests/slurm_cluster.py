@@ -10,6 +10,7 @@ pid and stopped too. Needs Debian's `slurm-wlm` and `munge` (the README's test c
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import signal
 import socket
@@ -46,12 +47,16 @@ class SlurmCluster:
         key.chmod(0o400)
         self.ctld_port = free_port()
         self.node_ports = {n: free_port() for n in NODES}
+        # Job ids differ from one test cluster to the next: MPICH names its node segments after the PMI
+        # job ("<job>.<step>" under Slurm), and a segment left by a job killed during MPI_Init on an
+        # earlier cluster would otherwise be found by the next cluster's job of the same id.
         nodes = "\n".join(
             f"NodeName={n} NodeHostname=localhost NodeAddr=127.0.0.1 Port={p} CPUs={cpus_per_node} State=UNKNOWN"
             for n, p in self.node_ports.items()
         )
         self.conf.write_text(f"""\
 ClusterName=vmtest
+FirstJobId={random.randrange(1000, 60_000_000)}
 SlurmctldHost=localhost(127.0.0.1)
 SlurmctldPort={self.ctld_port}
 AuthType=auth/munge
@@ -174,3 +179,52 @@ PartitionName=vm Nodes={",".join(NODES)} Default=YES OverSubscribe={oversubscrib
                     p.kill()
                     p.wait()
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+class VmschedCluster:
+    """The test cluster with vmsched on its nodes, as docs/slurm.md sets a site up: the SPANK plugin in
+    plugstack.conf and one CPU manager per node on its own CPUs, state directory and config
+    (`<vm root>/<node>/vmsched.toml`, which the plugin finds through `config=<vm root>/%n/vmsched.toml`)."""
+
+    def __init__(self, node_cpus: dict[str, str] | None = None, quantum_ms: float = 10.0, max_mpl: int = 4,
+                 oversubscribe: str = "FORCE:4") -> None:  # fmt: skip
+        from tests.conftest import CpuManagerProcess
+        from vmsched.slurm.build import build, plugstack_line
+
+        self.vm_root = Path(tempfile.mkdtemp(prefix="vmsched-slurm-vm-"))
+        self.vm_root.chmod(0o755)
+        plugin = build(self.vm_root / "spank_vmsched.so")
+        self.plugstack = self.vm_root / "plugstack.conf"
+        self.plugstack.write_text(plugstack_line(plugin, f"{self.vm_root}/%n/vmsched.toml") + "\n")
+        self.quantum_ms = quantum_ms
+        self.managers: dict[str, CpuManagerProcess] = {}
+        for node, cpus in (node_cpus or {"n1": "0", "n2": "1"}).items():
+            d = self.vm_root / node
+            d.mkdir()
+            (d / "vmsched.toml").write_text(f'state_dir = "{d}"\n[cpumanager]\ncpus = "{cpus}"\n'
+                                            f"quantum_ms = {quantum_ms}\n[slurm]\nmax_mpl = {max_mpl}\n")  # fmt: skip
+            self.managers[node] = CpuManagerProcess(d, cpus, quantum_ms)
+        self.cluster = SlurmCluster(extra_conf=f"PlugStackConfig={self.plugstack}", oversubscribe=oversubscribe)
+
+    def start(self) -> VmschedCluster:
+        try:
+            for m in self.managers.values():
+                m.start()
+            self.cluster.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def status(self, node: str) -> dict:
+        with self.managers[node].client() as c:
+            return c.status()
+
+    def stop(self) -> None:
+        try:
+            self.cluster.stop()
+        finally:
+            for m in self.managers.values():
+                if m.proc is not None:
+                    m.stop()
+            shutil.rmtree(self.vm_root, ignore_errors=True)

@@ -203,7 +203,8 @@ def test_the_wheel_installs_only_the_vmsched_namespace(installed: Installed) -> 
     outside = [n for n in names if n.split("/")[0] != "vmsched" and not n.split("/")[0].endswith(".dist-info")]
     assert not outside, f"the wheel installs files outside vmsched/: {outside}"
     for needed in ("vmsched/vmruntime/libvmrt.c", "vmsched/vmruntime/wrappers.c", "vmsched/vmruntime/vmrt.h",
-                   "vmsched/apps/cg.py", "vmsched/workloads/examples/hc/template.txt"):  # fmt: skip
+                   "vmsched/apps/cg.py", "vmsched/workloads/examples/hc/template.txt",
+                   "vmsched/slurm/spank_vmsched.c"):  # fmt: skip
         assert needed in names
     code = f"import importlib.util as u, vmsched; print(vmsched.__file__); print([u.find_spec(n) for n in {FORMER}])"
     r = installed.run("python", "-c", code)
@@ -211,6 +212,17 @@ def test_the_wheel_installs_only_the_vmsched_namespace(installed: Installed) -> 
     where, former = r.stdout.splitlines()
     assert Path(where).is_relative_to(installed.venv), f"vmsched imported from {where}, not the installation"
     assert former == str([None] * len(FORMER)), f"a former top-level name is importable: {former}"
+
+
+def test_the_slurm_plugin_builds_from_the_wheel(installed: Installed) -> None:
+    """Root builds the SPANK plugin inside the installation and gets the plugstack.conf line naming the
+    installation's helper (docs/slurm.md)."""
+    r = installed.run("vmslurm-build", "--plugstack", "/etc/vmsched/%n.toml")
+    assert r.returncode == 0, r.stderr
+    _, plugin, helper, config = r.stdout.split()
+    assert Path(plugin).is_relative_to(installed.venv) and Path(plugin).exists()
+    assert helper == f"helper={installed.bin / 'vmslurm-step'}" and config == "config=/etc/vmsched/%n.toml"
+    assert (installed.bin / "vmslurm-step").exists()
 
 
 def test_vmrun_of_a_folded_job_from_the_wheel(installed: Installed) -> None:

@@ -116,6 +116,11 @@ class LogConfig:
 
 
 @dataclass(frozen=True)
+class SlurmConfig:
+    max_mpl: int = 4  # how far a Slurm job step is folded on this node unless it asks (--vm-max-mpl)
+
+
+@dataclass(frozen=True)
 class Config:
     state_dir: Path = field(default_factory=default_state_dir)
     cpumanager: CpuManagerConfig = field(default_factory=CpuManagerConfig)
@@ -123,6 +128,7 @@ class Config:
     jobs: JobsConfig = field(default_factory=JobsConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     log: LogConfig = field(default_factory=LogConfig)
+    slurm: SlurmConfig = field(default_factory=SlurmConfig)
     source: str = "defaults"  # where the values came from, for status views
 
     @property
@@ -170,6 +176,7 @@ _SECTIONS = {
     "jobs": JobsConfig,
     "metrics": MetricsConfig,
     "log": LogConfig,
+    "slurm": SlurmConfig,
 }
 
 
@@ -241,6 +248,8 @@ def load_config(
         raise ConfigError("quantum_ms must be > 0")
     if cfg.cpumanager.default_queue not in ("lbd", "local", "global"):
         raise ConfigError("default_queue must be lbd, local or global")
+    if cfg.slurm.max_mpl < 1:
+        raise ConfigError("[slurm] max_mpl must be >= 1")
     if cfg.launcher.queue_type not in ("lbd", "local", "global"):
         raise ConfigError("[launcher] queue_type must be lbd, local or global")
     if cfg.jobs.kill_grace_s <= 0:

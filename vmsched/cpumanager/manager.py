@@ -33,6 +33,7 @@ from vmsched.faults import Faults, InjectedFault
 from vmsched.logs import event
 from vmsched.proctrack import ExitWatcher, pidfd_alive
 from vmsched.protocol import Peer, ProtocolError, get_int, get_str
+from vmsched.vmruntime.shmclean import MPICH_PREFIX, mapped_segments, remove_owned
 
 log = logging.getLogger("vm-cpumanager")
 
@@ -93,6 +94,9 @@ class CpuManager:
         self.refusals: dict[int, int] = {}  # job id -> pids refused so far
         self.pinned_gen: dict[int, int] = {}  # job id -> generation its ranks were last pinned for
         self.changed_at: dict[int, int] = {}  # job id -> quantum of its last partition change
+        # job id -> MPICH node segments its verified ranks mapped at registration: a job killed mid-run
+        # (scancel of a Slurm step, which has no vmsched shim to clean up) leaves them, removed at release.
+        self.mpi_segs: dict[int, set[str]] = {}
         self.exits = ExitWatcher()
         self.quanta = 0
         self.repartitions = 0  # partition changes, one per job per change (a metric)
@@ -387,9 +391,12 @@ class CpuManager:
             self._scan(j)
         live_jobs = {t.job_id for t in self.ranks.values()}
         for j in jobs.values():
-            # Without a leader a job ends when every rank that registered is gone.
-            if j.job_id in ended_jobs or (not j.leader_pid and self.verified.get(j.job_id, 0) > 0
-                                          and j.job_id not in live_jobs):  # fmt: skip
+            # Without a leader a job ends when every rank that registered is gone; with one, also once
+            # all its ranks registered and are gone (a Slurm step's ranks end before its slurmstepd,
+            # which may take a while to report the step: its CPUs go to the others at once).
+            seen = self.verified.get(j.job_id, 0)
+            gone = seen > 0 and j.job_id not in live_jobs
+            if j.job_id in ended_jobs or (gone and (not j.leader_pid or seen >= j.nranks)):
                 self._release(j, "finished")
         # Affinity: at once for jobs whose partition or queue changed; for the rest a slice of the
         # ranks per quantum (every rank once per repin period) in case something else changed it.
@@ -532,6 +539,7 @@ class CpuManager:
                 )
             return
         self.ranks[key] = _Rank(pid, j.job_id, rank, self.exits.pidfd(_wkey(key)) or -1)
+        self.mpi_segs.setdefault(j.job_id, set()).update(mapped_segments(pid, MPICH_PREFIX))
         self.tracked[j.job_id][rank] = pid
         self.verified[j.job_id] += 1
         with self.table.locked():
@@ -587,6 +595,8 @@ class CpuManager:
         if seg is not None:
             seg.unlink()  # the ranks keep their mapping; the name goes
             seg.close()
+        for path in sorted(self.mpi_segs.pop(j.job_id, ())):
+            remove_owned(path, j.uid)
         for d in (self.snaps, self.tracked, self.rejected, self.verified, self.refusals, self.lbd, self.pinned_gen):
             d.pop(j.job_id, None)
         self.exits.unwatch(("leader", j.job_id))

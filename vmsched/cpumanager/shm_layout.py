@@ -4,7 +4,8 @@ Two kinds of segment (see docs/security.md for why):
 - the node table (`Segment`): header, CPU table, job table. Created by the CPU manager (root), mode
   0644: every rank maps it read-only; only the manager writes it, through `table.SharedTable`, under
   the table lock.
-- one job segment per job (`JobSegment`): the job's token state and its rank slots (slot = MPI rank).
+- one job segment per job (`JobSegment`): the job's token state and its rank slots (slot = MPI rank; under
+  Slurm, docs/slurm.md, the rank's place among the ranks of its node).
   Created by the manager under an unguessable name (written into the job's entry), owned by the job's
   user, mode 0600: only that user's processes can map it. The ranks write it (token protocol with
   atomics and futexes; each rank its own slot); the manager reads it only as an untrusted copy
@@ -124,7 +125,7 @@ class RankEntry(C.Structure):
         ("ctx_switches", C.c_uint64),  # times it gave up its CPU at an MPI wait
         ("sent_not_consumed", C.c_int64),
         ("unconsumed", C.c_int64),  # messages sent to it not yet received
-        ("reserved", C.c_uint64),
+        ("world_rank", C.c_int64),  # its rank in MPI_COMM_WORLD (slot = rank's place among its node's ranks)
         ("mpi_calls", C.c_uint64),  # wrapped MPI calls (proves interposition)
         ("blocking_calls", C.c_uint64),  # wrapped calls that had to wait
     ]

@@ -8,8 +8,9 @@
  * spin lock rt_lock, which holds the owner's pid so that a lock left by a dead rank can be broken.
  *
  * Memory. The node table (partitions, generations) is the CPU manager's and mapped read-only; what the
- * ranks write - token state and rank slots (slot = MPI rank) - lives in the job's own segment, which
- * only the job's user can open (docs/security.md). No rank takes a lock of the node table.
+ * ranks write - token state and rank slots (slot = MPI rank; per node, its place on the node) - lives
+ * in the job's own segment, which only the job's user can open (docs/security.md). No rank takes a
+ * lock of the node table.
  *
  * Blocking. A rank whose operation cannot complete hands its token to the next rank, sets its own
  * wake word to VM_WAKE_WAIT and state to WAITING (still under the lock), and sleeps in
@@ -65,6 +66,12 @@ static int top_mode;           /* highest mode this rank reached (for stats) */
 static unsigned generations;   /* partition/queue generations this rank applied (for stats) */
 static const char *off_why = ""; /* why the runtime stopped scheduling this rank (for stats) */
 static unsigned reclaimed;     /* tokens of dead holders this rank freed (for stats) */
+/* Per node (VMSCHED_PER_NODE=1, set by the Slurm plugin): the job entry holds only this node's ranks,
+ * and a rank's slot is its place among them, not its world rank (docs/slurm.md). */
+static int per_node;
+static int world_rank = -1, world_size;
+static int *slot_cache;        /* world rank -> slot on this node, -1 not known (yet) */
+static int slots_cached;       /* entries of slot_cache found; all of them: the rest are on other nodes */
 
 #if defined(__x86_64__) || defined(__i386__)
 #define cpu_relax() __builtin_ia32_pause()
@@ -159,6 +166,38 @@ static vm_rank *rank_entry(int r) {
     vm_rank *e = &vm.rt->ranks[r];
     uint32_t st = __atomic_load_n(&e->state, __ATOMIC_ACQUIRE);
     return (st == VM_RANK_RUNNING || st == VM_RANK_WAITING) && e->rank == r && e->pid > 0 ? e : NULL;
+}
+
+/* Slot of world rank w: w itself on one node; per node, the slot whose rank wrote w into it, -1 when
+ * w runs on another node (or has not registered yet). */
+static int slot_of(int w) {
+    if (w < 0 || !per_node) return w;
+    if (w >= world_size || !slot_cache) return -1;
+    if (slot_cache[w] >= 0 || slots_cached >= vm.nranks) return slot_cache[w];
+    for (int s = 0; s < vm.nranks; s++) {
+        vm_rank *e = rank_entry(s);
+        if (e && e->world_rank == w) {
+            slot_cache[w] = s;
+            slots_cached++;
+            return s;
+        }
+    }
+    return -1;
+}
+
+/* Per node: take a free slot (the launcher's local rank id first, so slots follow the ranks' order). */
+static int claim_slot(void) {
+    const char *hint = getenv("MPI_LOCALRANKID"); /* hydra's proxy (mpiexec inside sbatch) */
+    if (!hint || !*hint) hint = getenv("SLURM_LOCALID"); /* a task of srun */
+    int first = hint ? atoi(hint) : 0;
+    for (int k = 0; k < vm.nranks; k++) {
+        int s = (first + k) % vm.nranks;
+        int32_t none = 0;
+        if (s >= 0 && __atomic_compare_exchange_n(&vm.rt->ranks[s].pid, &none, (int32_t)vm.pid, 0, __ATOMIC_ACQ_REL,
+                                                  __ATOMIC_RELAXED))
+            return s;
+    }
+    return -1;
 }
 
 /* Rank r sleeps for want of a token (it re-tests its operation when it gets one). */
@@ -605,7 +644,7 @@ static int comm_delete(MPI_Comm comm, int kv, void *attr, void *extra) {
 
 int vm_world_rank(MPI_Comm comm, int r) {
     if (r < 0 || vm.mode != VM_CTL) return -1;
-    if (comm == MPI_COMM_WORLD) return r;
+    if (comm == MPI_COMM_WORLD) return slot_of(r);
     int *map = NULL, flag = 0, inter = 0, size = 0;
     if (keyval == MPI_KEYVAL_INVALID) return -1;
     PMPI_Comm_get_attr(comm, keyval, &map, &flag);
@@ -634,7 +673,7 @@ int vm_world_rank(MPI_Comm comm, int r) {
     }
     if (!map || r >= map[0]) return -1;
     int w = map[1 + r];
-    return w == MPI_UNDEFINED ? -1 : w;
+    return w == MPI_UNDEFINED ? -1 : slot_of(w);
 }
 
 void vm_count_send(int dest) {
@@ -851,6 +890,7 @@ void vm_init(void) {
     if (stats_path && !*stats_path) stats_path = NULL;
     PMPI_Comm_rank(MPI_COMM_WORLD, &vm.rank);
     PMPI_Comm_size(MPI_COMM_WORLD, &vm.nranks);
+    world_rank = vm.rank, world_size = vm.nranks;
     mpi_thread = 1;
     Dl_info info;
     if (dladdr((void *)PMPI_Init, &info)) {
@@ -879,11 +919,14 @@ void vm_init(void) {
             j = &vm.seg->jobs[i], job_slot = i;
             break;
         }
-    if (!j || j->nranks != vm.nranks) {
+    const char *pn = getenv("VMSCHED_PER_NODE");
+    per_node = pn && !strcmp(pn, "1");
+    if (!j || (per_node ? j->nranks > vm.nranks : j->nranks != vm.nranks)) {
         fprintf(stderr, "vmrt: job %d %s; running as plain MPI\n", (int)vm.job_id,
                 j ? "has a different number of ranks than MPI_COMM_WORLD" : "is not admitted");
         return;
     }
+    if (per_node) vm.nranks = j->nranks; /* this node's ranks only */
     for (int i = 0; i < (int)(sizeof cpu_index / sizeof cpu_index[0]); i++) cpu_index[i] = -1;
     for (uint32_t i = 0; i < vm.seg->header.ncpus && i < VM_MAX_CPUS; i++) {
         int c = vm.seg->cpus[i].cpu;
@@ -896,12 +939,27 @@ void vm_init(void) {
         return;
     }
 
+    if (per_node) {
+        int slot = claim_slot();
+        if (slot < 0) {
+            fprintf(stderr, "vmrt: job %d admitted %d ranks on this node, all registered; rank %d runs as plain MPI\n",
+                    (int)vm.job_id, vm.nranks, world_rank);
+            vm.rank = world_rank, vm.nranks = world_size;
+            return;
+        }
+        vm.rank = slot;
+        slot_cache = malloc(sizeof(int) * (size_t)world_size);
+        for (int w = 0; slot_cache && w < world_size; w++) slot_cache[w] = -1;
+    }
     sched_getaffinity(0, sizeof initial_mask, &initial_mask); /* before the manager can pin us */
-    /* Our slot is ours alone (slot = rank): no lock. The state goes last: the manager reads a slot
-     * as registered only once its state says so. */
-    vm_rank *me = &vm.rt->ranks[vm.rank];
-    memset(me, 0, sizeof *me);
-    me->job_id = vm.job_id, me->rank = vm.rank, me->pid = vm.pid;
+    /* Our slot is ours alone (slot = rank, or claimed per node): no lock. The state goes last: the
+     * manager reads a slot as registered only once its state says so. The pid is written whole at
+     * once (never 0 in between: per node a zero pid marks a free slot). */
+    vm_rank *me = &vm.rt->ranks[vm.rank], init;
+    memset(&init, 0, sizeof init);
+    init.pid = vm.pid;
+    *me = init;
+    me->job_id = vm.job_id, me->rank = vm.rank, me->world_rank = world_rank;
     me->job_slot = job_slot, me->cpu = sched_getcpu(), me->waiting_for = -1, me->wake = VM_WAKE_WAIT;
     __atomic_store_n(&me->state, VM_RANK_RUNNING, __ATOMIC_RELEASE);
     me->mpi_calls = dummy_rank.mpi_calls;

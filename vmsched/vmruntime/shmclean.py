@@ -5,28 +5,48 @@ removes what is left once they are all gone (the same rule as vmsched.launcher.s
 from __future__ import annotations
 
 import os
+import stat
 
 import psutil
 
+MPICH_PREFIX = "/dev/shm/mpich_shm_"
+
+
+def mapped_segments(pid: int, prefix: str = "/dev/shm/") -> set[str]:
+    """POSIX shared-memory files under `prefix` that `pid` maps, never vmsched's own (/proc/<pid>/maps)."""
+    found: set[str] = set()
+    try:
+        with open(f"/proc/{pid}/maps") as f:
+            for line in f:
+                i = line.find(prefix)
+                if i >= 0 and "vmsched" not in line:
+                    found.add(line[i:].rstrip("\n").removesuffix(" (deleted)"))
+    except OSError:
+        pass
+    return found
+
 
 def shm_segments(pid: int) -> set[str]:
-    """POSIX shared-memory files mapped by `pid` and its descendants, never vmsched's own table.
-    Reads /proc/<pid>/maps (cheap enough to call a few times a second)."""
-    found: set[str] = set()
+    """POSIX shared-memory files mapped by `pid` and its descendants, never vmsched's own table
+    (cheap enough to call a few times a second)."""
     try:
         pids = [pid, *(c.pid for c in psutil.Process(pid).children(recursive=True))]
     except psutil.Error:
-        return found
-    for p in pids:
-        try:
-            with open(f"/proc/{p}/maps") as f:
-                for line in f:
-                    i = line.find("/dev/shm/")
-                    if i >= 0 and "vmsched" not in line:
-                        found.add(line[i:].rstrip("\n").removesuffix(" (deleted)"))
-        except OSError:
-            continue
-    return found
+        return set()
+    return set().union(*(mapped_segments(p) for p in pids))
+
+
+def remove_owned(path: str, uid: int) -> bool:
+    """Unlink `path` if it is a regular file owned by `uid` (the root CPU manager removes only what
+    belongs to the job's user, whatever a rank has mapped)."""
+    try:
+        st = os.lstat(path)
+        if stat.S_ISREG(st.st_mode) and st.st_uid == uid:
+            os.unlink(path)
+            return True
+    except OSError:
+        pass
+    return False
 
 
 def remove_leftovers(segments: set[str]) -> list[str]:
