@@ -149,6 +149,7 @@ def test_bad_requests_get_errors_and_change_nothing(cpumanager, spawn):
         "no process": lambda: c.register(1, 0, 2**22 + 12345),
         "rank 9 out of range": lambda: c.register(1, 9, os.getpid()),
         "'waiting' must be true or false": lambda: c.call("queue_state", waiting="yes"),
+        "'one_shot' must be true or false": lambda: c.call("admit", job=6, nranks=1, one_shot=1),
     }
     for needle, call in cases.items():
         with pytest.raises(ProtocolError, match=needle):

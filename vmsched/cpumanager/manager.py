@@ -97,6 +97,9 @@ class CpuManager:
         # job id -> MPICH node segments its verified ranks mapped at registration: a job killed mid-run
         # (scancel of a Slurm step, which has no vmsched shim to clean up) leaves them, removed at release.
         self.mpi_segs: dict[int, set[str]] = {}
+        # Jobs released once all their ranks have run and exited (admit one_shot); not kept across a restart
+        # of the manager, after which such a job ends with its leader as any other.
+        self.one_shot: set[int] = set()
         self.exits = ExitWatcher()
         self.quanta = 0
         self.repartitions = 0  # partition changes, one per job per change (a metric)
@@ -195,6 +198,11 @@ class CpuManager:
         max_mpl = get_int(msg, "max_mpl", minimum=1, default=1)
         leader = get_int(msg, "leader_pid", minimum=0, default=0)
         spin_us = get_int(msg, "spin_us", minimum=0, default=0)
+        # A one-shot job (a Slurm step) ends once all its ranks have run and exited, without waiting for its
+        # leader; a launcher job's script may start several mpiexec in turn under one leader, so not by default.
+        one_shot = msg.get("one_shot", False)
+        if not isinstance(one_shot, bool):
+            raise ProtocolError(f"argument 'one_shot' must be true or false, got {one_shot!r}")
         peer_uid = self._peer_uid(msg)
         uid = get_int(msg, "uid", minimum=0, default=peer_uid)
         if uid > MAX_UID:
@@ -227,6 +235,8 @@ class CpuManager:
         self._add_seg(job_id, nranks, seg)
         if mode == "lbd":
             self.lbd[job_id] = LbdState()
+        if one_shot:
+            self.one_shot.add(job_id)
         if leader:
             self.exits.watch(("leader", job_id), leader)
         self._apply(plan)
@@ -391,12 +401,13 @@ class CpuManager:
             self._scan(j)
         live_jobs = {t.job_id for t in self.ranks.values()}
         for j in jobs.values():
-            # Without a leader a job ends when every rank that registered is gone; with one, also once
-            # all its ranks registered and are gone (a Slurm step's ranks end before its slurmstepd,
-            # which may take a while to report the step: its CPUs go to the others at once).
+            # Without a leader a job ends when every rank that registered is gone; a one-shot job with one
+            # also once all its ranks registered and are gone (a Slurm step's ranks end before its
+            # slurmstepd, which may take a while to report the step: its CPUs go to the others at once).
             seen = self.verified.get(j.job_id, 0)
             gone = seen > 0 and j.job_id not in live_jobs
-            if j.job_id in ended_jobs or (gone and (not j.leader_pid or seen >= j.nranks)):
+            done = not j.leader_pid or (j.job_id in self.one_shot and seen >= j.nranks)
+            if j.job_id in ended_jobs or (gone and done):
                 self._release(j, "finished")
         # Affinity: at once for jobs whose partition or queue changed; for the rest a slice of the
         # ranks per quantum (every rank once per repin period) in case something else changed it.
@@ -599,6 +610,7 @@ class CpuManager:
             remove_owned(path, j.uid)
         for d in (self.snaps, self.tracked, self.rejected, self.verified, self.refusals, self.lbd, self.pinned_gen):
             d.pop(j.job_id, None)
+        self.one_shot.discard(j.job_id)
         self.exits.unwatch(("leader", j.job_id))
         event(log, "release", job=j.job_id, reason=why, cpus=j.cpus)
         self.repartition()

@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
                 return 2
             lib = str(library_path())
             max_mpl = args.max_mpl or cfg.slurm.max_mpl
-            client.admit(vm_id, args.nranks, max_mpl, uid=args.uid, leader_pid=args.leader)
+            client.admit(vm_id, args.nranks, max_mpl, uid=args.uid, leader_pid=args.leader, one_shot=True)
     except DaemonUnavailable as e:
         print(f"vmsched: {name}: no CPU manager ({e}){plain}")
         return EXIT_PLAIN
