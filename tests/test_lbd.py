@@ -20,20 +20,23 @@ Rates = Callable[[int], Sequence[float]]  # quantum -> each rank's CPU share of 
 
 
 def drive(rates: Rates, quanta: int, params: LbdParams = P, state: LbdState | None = None,
-          switches: float = 20.0, noise: Callable[[], float] | None = None) -> list[LbdState]:  # fmt: skip
+          switches: float = 20.0, noise: Callable[[], float] | None = None,
+          speed: Callable[[bool], float] | None = None) -> list[LbdState]:  # fmt: skip
     """Run the detector over `quanta` quanta; `noise()` shifts each CPU time read (a rank caught
-    inside or outside a compute phase)."""
+    inside or outside a compute phase); `speed(local)`: the job's MPI calls per quantum on that
+    queue (None: the manager gives no call counts)."""
     state = state or LbdState()
     n = len(rates(0))
-    cpu, sw = [0.0] * n, [0.0] * n
+    cpu, sw, calls = [0.0] * n, [0.0] * n, 0.0
     out = []
     for q in range(quanta):
         cpu = [c + r * Q for c, r in zip(cpu, rates(q), strict=True)]
         sw = [s + switches for s in sw]
+        calls += speed(state.queue_local) if speed else 0.0
         user = None
         if state.wants_user_times(params):
             user = [c + (noise() if noise else 0.0) for c in cpu]
-        state = lbd_step(state, sw, user, params)
+        state = lbd_step(state, sw, user, params, calls if speed else None)
         out.append(state)
     return out
 
@@ -154,3 +157,31 @@ def test_no_flapping_inside_the_hysteresis_band(offsets: list[float], start_loca
                    per * len(offsets), params, start)  # fmt: skip
     assert all(bool(s.local) == start_local for s in states)
     assert all(s.queue_local == start_local for s in states if s.phase == LBD_DECIDED)
+
+
+def test_a_balanced_job_that_runs_slower_on_local_queues_goes_back_to_the_global_queue() -> None:
+    """The thesis's premise (balanced -> local is faster) does not hold for every pattern: a pipeline
+    folded onto one CPU runs 3x slower in round robin than with the global queue's progress rule."""
+    params = LbdParams(remeasure_quanta=300)
+    states = drive(lambda q: [0.5] * 4, 500, params, speed=lambda local: 100.0 if local else 130.0)
+    seq = decisions(states)
+    assert [local for _, local in seq[:2]] == [True, False]
+    back = states[seq[1][0]]
+    assert back.hold_global and back.rate_local is not None and back.rate_global is not None
+    assert abs(back.rate_local - 100) < 1e-6 and abs(back.rate_global - 130) < 1e-6
+    # The trial lasts as long as the global window it is compared with; then global until the re-measure.
+    assert seq[1][0] - seq[0][0] <= max(P.trial_min_quanta, 2 * P.window_cpu_s / (0.5 * Q)) + 1
+    stay = states[seq[1][0] : seq[1][0] + params.remeasure_quanta - 1]
+    assert all(not s.queue_local and s.phase == LBD_DECIDED for s in stay)
+
+
+@given(st.floats(0.95, 2.0))
+def test_a_balanced_job_no_slower_on_local_queues_stays_there(ratio: float) -> None:
+    states = drive(lambda q: [0.5] * 4, 300, speed=lambda local: 100.0 * ratio if local else 100.0)
+    assert [local for _, local in decisions(states)] == [True]
+    assert states[-1].queue_local and states[-1].rate_local is not None
+
+
+def test_an_imbalanced_job_is_never_tried_on_local_queues() -> None:
+    states = drive(lambda q: [1 / 6, 1.0, 1 / 6, 1.0], 400, speed=lambda local: 500.0 if local else 100.0)
+    assert not any(s.queue_local for s in states)

@@ -19,6 +19,15 @@ it read at most 8.7 %, and the imbalanced send.50x6 at least 23 % (traces of /pr
 every 20 ms, load 3-5). Unloaded, 0.12 s per rank is 0.24 s of wall time for 4 ranks on 2 CPUs, half
 the old 50 quanta.
 
+Local trial (ours): the thesis's premise, balanced -> local queues are faster, does not hold for every
+pattern now that the global queue hands the token to a rank that can make progress: folded onto one
+CPU (where the local queue is plain round robin) a pipeline ran 3.1x slower on local queues
+(bench/patterns.py --quick, 4 ranks: 1.77 s vs 0.56 s with `progress`). So a job decided local runs a
+trial as long as the global window that led to it and compares the ranks' MPI calls per quantum (the
+manager's counters; for an iterative program a measure of progress): if local ran more than
+`trial_margin` slower, the job goes back to the global queue and stays there until its next periodic
+re-measure.
+
 Deciding again (ours): the pattern of a job may change. On the global queue CPU time is a fair measure
 of work (a rank without a token sleeps), so a decided-global job keeps measuring windows of
 `recheck_cpu_s` and moves to local queues when IP < threshold - `hysteresis` in `confirm` windows in a
@@ -54,6 +63,8 @@ class LbdParams:
     recheck_sample_quanta: int = 20
     hysteresis: float = 0.03
     confirm: int = 2
+    trial_margin: float = 0.05
+    trial_min_quanta: int = 10
 
 
 @dataclass(frozen=True)
@@ -68,6 +79,13 @@ class LbdState:
     against: int = 0  # windows in a row whose IP argues for the other queue
     decisions: int = 0  # windows that decided (the first decision and every re-decision)
     since_decision: int = 0  # quanta since the last decision (drives the periodic re-measure)
+    base_calls: float | None = None  # the ranks' MPI calls at the start of the open window
+    rate_global: float | None = None  # MPI calls per quantum over the last global window
+    rate_local: float | None = None  # ... over the last local trial
+    trial_quanta: int = 0  # quanta into the local trial; 0: none running
+    trial_base: float = 0.0  # MPI calls when the trial began
+    trial_len: int = 0  # quanta the trial lasts: as long as the global window it is compared with
+    hold_global: bool = False  # local was measured slower: global until the next periodic re-measure
 
     @property
     def queue_local(self) -> bool:
@@ -80,7 +98,7 @@ class LbdState:
             return False
         if not self.base_user:
             return True
-        if self.phase == LBD_DECIDED and self.local:
+        if self.phase == LBD_DECIDED and (self.local or self.hold_global):
             return False  # local queues: CPU time is no measure (see the module docstring)
         every = params.sample_quanta if self.phase == LBD_STABLE else params.recheck_sample_quanta
         nxt = self.quanta_stable + 1
@@ -123,9 +141,27 @@ def _measuring(state: LbdState, switches: Sequence[float], params: LbdParams) ->
     return replace(state, cvcs=value, stable_count=count)
 
 
-def _decide(state: LbdState, ip: float, local: bool, times: tuple[float, ...]) -> LbdState:
-    return replace(state, phase=LBD_DECIDED, ip=ip, local=local, base_user=times, quanta_stable=0, against=0,
-                   decisions=state.decisions + 1, since_decision=0)  # fmt: skip
+def _decide(state: LbdState, ip: float | None, local: bool, times: tuple[float, ...], calls: float | None,
+            quanta: int) -> LbdState:  # fmt: skip
+    """Decide; a local decision is tried against the global window that led to it (MPI calls per quantum)."""
+    rate = (calls - state.base_calls) / quanta if calls is not None and state.base_calls is not None else None
+    trial = local and rate is not None and rate > 0
+    return replace(state, phase=LBD_DECIDED, ip=ip, local=local, base_user=times, base_calls=calls, quanta_stable=0,
+                   against=0, decisions=state.decisions + 1, since_decision=0, rate_global=rate,
+                   trial_quanta=1 if trial else 0, trial_base=calls or 0.0, trial_len=quanta,
+                   hold_global=False)  # fmt: skip
+
+
+def _trial(state: LbdState, calls: float, since: int, params: LbdParams) -> LbdState:
+    """One quantum of a local trial: at its end keep local queues unless they ran measurably slower."""
+    tq = state.trial_quanta
+    if tq < max(params.trial_min_quanta, state.trial_len):
+        return replace(state, trial_quanta=tq + 1, since_decision=since)
+    rate = (calls - state.trial_base) / tq
+    if state.rate_global is not None and rate < state.rate_global * (1 - params.trial_margin):
+        back = _decide(state, state.ip, False, (), None, 1)
+        return replace(back, rate_global=state.rate_global, rate_local=rate, hold_global=True)
+    return replace(state, trial_quanta=0, rate_local=rate, since_decision=since)
 
 
 def lbd_step(
@@ -133,21 +169,26 @@ def lbd_step(
     switches: Sequence[float],
     user_times: Sequence[float] | None,
     params: LbdParams,
+    calls: float | None = None,
 ) -> LbdState:
     """Advance the detector by one quantum. `user_times`: the ranks' CPU times in seconds, given when
-    `state.wants_user_times(params)` said so (None otherwise, or if a rank could not be read)."""
+    `state.wants_user_times(params)` said so (None otherwise, or if a rank could not be read).
+    `calls`: the MPI calls the job's ranks have made so far (None: no local trials)."""
     if state.phase == LBD_MEASURING:
         return _measuring(state, switches, params)
     since = state.since_decision + 1
-    if state.phase == LBD_DECIDED and state.local:
+    if state.phase == LBD_DECIDED and state.local and state.trial_quanta and calls is not None:
+        return _trial(state, calls, since, params)
+    if state.phase == LBD_DECIDED and (state.local or state.hold_global):
         if since >= params.remeasure_quanta:  # back to the global queue for one window
-            return replace(state, phase=LBD_STABLE, base_user=(), quanta_stable=0, since_decision=since)
+            return replace(state, phase=LBD_STABLE, base_user=(), quanta_stable=0, since_decision=since,
+                           trial_quanta=0, hold_global=False)  # fmt: skip
         return replace(state, since_decision=since)
     if user_times is None:
         return replace(state, quanta_stable=state.quanta_stable + 1, since_decision=since)
     times = tuple(user_times)
     if not state.base_user or len(state.base_user) != len(times):
-        return replace(state, base_user=times, quanta_stable=0, since_decision=since)
+        return replace(state, base_user=times, base_calls=calls, quanta_stable=0, since_decision=since)
     quanta = state.quanta_stable + 1
     used = [max(0.0, u - b) for u, b in zip(times, state.base_user, strict=True)]
     mean = sum(used) / len(used)
@@ -155,15 +196,16 @@ def lbd_step(
         if mean < params.window_cpu_s and quanta < params.ip_quanta:
             return replace(state, quanta_stable=quanta, since_decision=since)
         ip = idleness(used)
-        if state.decisions == 0:  # the first decision: the plain threshold
-            return _decide(state, ip, ip < params.threshold, times)
-        # A periodic re-measure of a local job: it stays local unless clearly imbalanced now.
-        return _decide(state, ip, ip < params.threshold + params.hysteresis, times)
+        # The first decision: the plain threshold; a periodic re-measure of a local job: it stays local
+        # unless clearly imbalanced now.
+        cut = params.threshold if state.decisions == 0 or not state.local else params.threshold + params.hysteresis
+        return _decide(state, ip, ip < cut, times, calls, quanta)
     # Decided, global queue: keep measuring; move to local queues only on clear, repeated evidence.
     if mean < params.recheck_cpu_s:
         return replace(state, quanta_stable=quanta, since_decision=since)
     ip = idleness(used)
     against = state.against + 1 if ip < params.threshold - params.hysteresis else 0
     if against >= params.confirm:
-        return _decide(state, ip, True, times)
-    return replace(state, ip=ip, base_user=times, quanta_stable=0, against=against, since_decision=since)
+        return _decide(state, ip, True, times, calls, quanta)
+    return replace(state, ip=ip, base_user=times, base_calls=calls, quanta_stable=0, against=against,
+                   since_decision=since)  # fmt: skip

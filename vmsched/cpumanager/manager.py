@@ -460,9 +460,12 @@ class CpuManager:
             user = None if None in times else [t / 1e6 for t in times]  # type: ignore[operator]
         switches = [int(snap["ctx_switches"][r]) if r < len(snap) else 0 for r in slots] \
             if state.phase == L.LBD_MEASURING else []  # fmt: skip
-        new = lbd_step(state, switches, user, self.lbd_params)
+        live = [r for r in slots if r < len(snap)]
+        calls = float(snap["mpi_calls"][live].sum()) if state.phase != L.LBD_MEASURING else None
+        new = lbd_step(state, switches, user, self.lbd_params, calls)
         self.lbd[j.job_id] = new
-        if (new.phase, new.cvcs, new.ip, new.queue_local) == (state.phase, state.cvcs, state.ip, state.queue_local):
+        shown = (new.phase, new.cvcs, new.ip, new.queue_local, new.rate_local)
+        if shown == (state.phase, state.cvcs, state.ip, state.queue_local, state.rate_local):
             return
         with self.table.locked():
             self.table.set_lbd(j.slot, new.phase, new.cvcs or 0.0, new.ip)
@@ -470,7 +473,14 @@ class CpuManager:
                 self.table.set_queue(j.slot, L.QUEUE_LOCAL if new.queue_local else L.QUEUE_GLOBAL)
         if new.decisions > state.decisions:
             event(log, "lbd_decision", job=j.job_id, cvcs=round(new.cvcs or 0, 4), ip=round(new.ip or 0, 4),
-                  queue="local" if new.local else "global", decision=new.decisions)  # fmt: skip
+                  queue="local" if new.local else "global", decision=new.decisions,
+                  why="local_slower" if new.hold_global else "idleness",
+                  calls_per_quantum_global=round(new.rate_global or 0, 1),
+                  calls_per_quantum_local=round(new.rate_local or 0, 1))  # fmt: skip
+        elif new.rate_local is not None and new.rate_local != state.rate_local:
+            event(log, "lbd_trial", job=j.job_id, queue="local", kept=True,
+                  calls_per_quantum_global=round(new.rate_global or 0, 1),
+                  calls_per_quantum_local=round(new.rate_local, 1))  # fmt: skip
         elif new.phase == L.LBD_STABLE and state.phase == L.LBD_DECIDED:
             event(log, "lbd_remeasure", job=j.job_id, quanta=state.since_decision + 1)
 
