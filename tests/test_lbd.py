@@ -70,13 +70,13 @@ def test_idleness_is_a_bounded_scale_free_fraction(times: list[float], k: float)
     assert abs(idleness([t * k for t in times]) - ip) < 1e-9
 
 
-def test_balanced_goes_local_and_imbalanced_stays_global_within_a_third_of_a_second() -> None:
-    bal = drive(lambda q: [0.5] * 4, 40)
-    imb = drive(lambda q: [1 / 6, 1.0, 1 / 6, 1.0], 40)  # send.50x6: half the ranks do 6 times the work
+def test_balanced_goes_local_and_imbalanced_stays_global_within_half_a_second() -> None:
+    bal = drive(lambda q: [0.5] * 4, 60)
+    imb = drive(lambda q: [1 / 6, 1.0, 1 / 6, 1.0], 60)  # send.50x6: half the ranks do 6 times the work
     assert decisions(bal)[:1] == [(decisions(bal)[0][0], True)] and bal[-1].queue_local
     assert decisions(imb)[:1] == [(decisions(imb)[0][0], False)] and not imb[-1].queue_local
-    # Busy ranks: CVCS trusted after fast_quanta, then 0.12 s of CPU per rank (24 quanta at half a CPU).
-    assert decisions(bal)[0][0] < 35 and decisions(imb)[0][0] < 35
+    # Busy ranks: CVCS trusted after fast_quanta, then 0.2 s of CPU per rank (40 quanta at half a CPU).
+    assert decisions(bal)[0][0] < 50 and decisions(imb)[0][0] < 50
 
 
 def test_a_quiet_job_waits_for_enough_switches_and_longer_stability() -> None:

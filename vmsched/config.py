@@ -74,7 +74,7 @@ class CpuManagerConfig:
     lbd_stable_change: float = 0.05  # CVCS relative change that counts as "stable"
     lbd_stable_quanta: int = 10  # ... for this many consecutive quanta
     lbd_ip_quanta: int = 300  # the first IP window closes after this many quanta at most
-    lbd_window_cpu_ms: float = 120.0  # ... and as soon as the ranks' mean CPU time in it reaches this
+    lbd_window_cpu_ms: float = 200.0  # ... and as soon as the ranks' mean CPU time in it reaches this
     lbd_remeasure_quanta: int = 1000  # a job decided local re-measures on the global queue this often
     default_queue: str = "lbd"  # lbd | local | global
 

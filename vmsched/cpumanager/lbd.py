@@ -14,10 +14,12 @@ at most). The idleness percentage IP over the window decides: IP < threshold -> 
 queues; otherwise the job stays on the global queue. The window is counted in the ranks' own CPU time,
 not in quanta, because its error is one compute phase per rank at each end (a rank caught just before
 or just after its phase): a balanced send.S (8.5 ms phases) on a loaded machine got 0.08 s of CPU per
-rank in the thesis's 50 quanta and read IP 3-14 % across the 10 % cut-off; over 0.1 s of CPU per rank
-it read at most 8.7 %, and the imbalanced send.50x6 at least 23 % (traces of /proc/<pid>/schedstat
-every 20 ms, load 3-5). Unloaded, 0.12 s per rank is 0.24 s of wall time for 4 ranks on 2 CPUs, half
-the old 50 quanta.
+rank in the thesis's 50 quanta and read IP 3-14 % across the 10 % cut-off. Over 0.1 s of CPU per rank
+it read at most 8.7 % in one trace (send.50x6 at least 23 %; /proc/<pid>/schedstat every 20 ms, load
+3-5), but at load 11 a 0.12 s window still put 2 balanced runs in 5 at IP 10.8-11.5 %; over 0.2 s the
+trace read at most 7.1 %, hence 0.2 s. Unloaded that is 0.4 s of wall time for 4 ranks on 2 CPUs
+(the old rule: 10 steady quanta, then 50 quanta); under load the window grows with the load instead
+of losing its accuracy. A first decision that was wrong is corrected by the re-checks below.
 
 Local trial (ours): the thesis's premise, balanced -> local queues are faster, does not hold for every
 pattern now that the global queue hands the token to a rank that can make progress: folded onto one
@@ -53,7 +55,7 @@ class LbdParams:
     stable_change: float = 0.05
     stable_quanta: int = 10
     ip_quanta: int = 300  # the first window closes after this many quanta even if short of CPU time
-    window_cpu_s: float = 0.12
+    window_cpu_s: float = 0.2
     remeasure_quanta: int = 1000
     min_switches: float = 4.0
     busy_switches: float = 50.0
@@ -63,7 +65,7 @@ class LbdParams:
     recheck_sample_quanta: int = 20
     hysteresis: float = 0.03
     confirm: int = 2
-    trial_margin: float = 0.05
+    trial_margin: float = 0.10
     trial_min_quanta: int = 10
 
 
