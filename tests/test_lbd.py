@@ -23,7 +23,7 @@ def drive(rates: Rates, quanta: int, params: LbdParams = P, state: LbdState | No
           switches: float = 20.0, noise: Callable[[], float] | None = None,
           speed: Callable[[bool], float] | None = None) -> list[LbdState]:  # fmt: skip
     """Run the detector over `quanta` quanta; `noise()` shifts each CPU time read (a rank caught
-    inside or outside a compute phase); `speed(local)`: the job's MPI calls per quantum on that
+    inside or outside a compute phase); `speed(local)`: the job's MPI calls per CPU second on that
     queue (None: the manager gives no call counts)."""
     state = state or LbdState()
     n = len(rates(0))
@@ -32,7 +32,7 @@ def drive(rates: Rates, quanta: int, params: LbdParams = P, state: LbdState | No
     for q in range(quanta):
         cpu = [c + r * Q for c, r in zip(cpu, rates(q), strict=True)]
         sw = [s + switches for s in sw]
-        calls += speed(state.queue_local) if speed else 0.0
+        calls += speed(state.queue_local) * sum(rates(q)) * Q if speed else 0.0
         user = None
         if state.wants_user_times(params):
             user = [c + (noise() if noise else 0.0) for c in cpu]
@@ -185,3 +185,12 @@ def test_a_balanced_job_no_slower_on_local_queues_stays_there(ratio: float) -> N
 def test_an_imbalanced_job_is_never_tried_on_local_queues() -> None:
     states = drive(lambda q: [1 / 6, 1.0, 1 / 6, 1.0], 400, speed=lambda local: 500.0 if local else 100.0)
     assert not any(s.queue_local for s in states)
+
+
+def test_outside_load_during_the_local_trial_does_not_count_against_local_queues() -> None:
+    """The job gets a fifth of the CPU from the moment it is decided local (another job starts):
+    progress per CPU second is unchanged, so the trial keeps it local."""
+    first = decisions(drive(lambda q: [0.5] * 4, 100))[0][0]
+    states = drive(lambda q: [0.5] * 4 if q <= first else [0.1] * 4, 400, speed=lambda local: 1000.0)
+    assert [local for _, local in decisions(states)] == [True]
+    assert states[-1].rate_local is not None and abs(states[-1].rate_local - 1000.0) < 1e-6

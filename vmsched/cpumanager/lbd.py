@@ -25,10 +25,13 @@ Local trial (ours): the thesis's premise, balanced -> local queues are faster, d
 pattern now that the global queue hands the token to a rank that can make progress: folded onto one
 CPU (where the local queue is plain round robin) a pipeline ran 3.1x slower on local queues
 (bench/patterns.py --quick, 4 ranks: 1.77 s vs 0.56 s with `progress`). So a job decided local runs a
-trial as long as the global window that led to it and compares the ranks' MPI calls per quantum (the
-manager's counters; for an iterative program a measure of progress): if local ran more than
-`trial_margin` slower, the job goes back to the global queue and stays there until its next periodic
-re-measure.
+trial as long as the global window that led to it and compares the ranks' MPI calls (the manager's
+counters; for an iterative program a measure of progress) per CPU second of the ranks: if local made
+more than `trial_margin` less progress per CPU second, the job goes back to the global queue and stays
+there until its next periodic re-measure. Per CPU second, not per quantum: a round robin that wakes
+ranks that cannot go on burns the CPU in hand-offs and polls, which this sees, while outside load,
+which changes from one window to the next, cancels out (per quantum, the trial sent balanced jobs
+back to the global queue at load 11).
 
 Deciding again (ours): the pattern of a job may change. On the global queue CPU time is a fair measure
 of work (a rank without a token sleeps), so a decided-global job keeps measuring windows of
@@ -82,7 +85,7 @@ class LbdState:
     decisions: int = 0  # windows that decided (the first decision and every re-decision)
     since_decision: int = 0  # quanta since the last decision (drives the periodic re-measure)
     base_calls: float | None = None  # the ranks' MPI calls at the start of the open window
-    rate_global: float | None = None  # MPI calls per quantum over the last global window
+    rate_global: float | None = None  # MPI calls per CPU second over the last global window
     rate_local: float | None = None  # ... over the last local trial
     trial_quanta: int = 0  # quanta into the local trial; 0: none running
     trial_base: float = 0.0  # MPI calls when the trial began
@@ -100,8 +103,10 @@ class LbdState:
             return False
         if not self.base_user:
             return True
+        if self.phase == LBD_DECIDED and self.local and self.trial_quanta:
+            return _trial_due(self, params)  # the end of a local trial
         if self.phase == LBD_DECIDED and (self.local or self.hold_global):
-            return False  # local queues: CPU time is no measure (see the module docstring)
+            return False  # local queues: CPU time is no measure of idleness (see the module docstring)
         every = params.sample_quanta if self.phase == LBD_STABLE else params.recheck_sample_quanta
         nxt = self.quanta_stable + 1
         return nxt % every == 0 or (self.phase == LBD_STABLE and nxt >= params.ip_quanta)
@@ -144,9 +149,10 @@ def _measuring(state: LbdState, switches: Sequence[float], params: LbdParams) ->
 
 
 def _decide(state: LbdState, ip: float | None, local: bool, times: tuple[float, ...], calls: float | None,
-            quanta: int) -> LbdState:  # fmt: skip
-    """Decide; a local decision is tried against the global window that led to it (MPI calls per quantum)."""
-    rate = (calls - state.base_calls) / quanta if calls is not None and state.base_calls is not None else None
+            cpu: float, quanta: int) -> LbdState:  # fmt: skip
+    """Decide; a local decision is tried against the global window that led to it (MPI calls per
+    CPU second of the job's ranks over the window: `cpu` seconds in all, `quanta` long)."""
+    rate = (calls - state.base_calls) / cpu if calls is not None and state.base_calls is not None and cpu > 0 else None
     trial = local and rate is not None and rate > 0
     return replace(state, phase=LBD_DECIDED, ip=ip, local=local, base_user=times, base_calls=calls, quanta_stable=0,
                    against=0, decisions=state.decisions + 1, since_decision=0, rate_global=rate,
@@ -154,14 +160,22 @@ def _decide(state: LbdState, ip: float | None, local: bool, times: tuple[float, 
                    hold_global=False)  # fmt: skip
 
 
-def _trial(state: LbdState, calls: float, since: int, params: LbdParams) -> LbdState:
-    """One quantum of a local trial: at its end keep local queues unless they ran measurably slower."""
-    tq = state.trial_quanta
-    if tq < max(params.trial_min_quanta, state.trial_len):
-        return replace(state, trial_quanta=tq + 1, since_decision=since)
-    rate = (calls - state.trial_base) / tq
+def _trial_due(state: LbdState, params: LbdParams) -> bool:
+    return state.trial_quanta >= max(params.trial_min_quanta, state.trial_len)
+
+
+def _trial(state: LbdState, calls: float, times: Sequence[float] | None, since: int, params: LbdParams) -> LbdState:
+    """One quantum of a local trial: at its end keep local queues unless they made measurably less
+    progress per CPU second (a round robin that wakes ranks that cannot go on burns CPU in hand-offs
+    and polls; counting per CPU second, not per quantum, keeps outside load out of the comparison)."""
+    if not _trial_due(state, params) or times is None or len(times) != len(state.base_user):
+        return replace(state, trial_quanta=state.trial_quanta + 1, since_decision=since)
+    cpu = sum(max(0.0, u - b) for u, b in zip(times, state.base_user, strict=True))
+    if cpu <= 0:
+        return replace(state, trial_quanta=state.trial_quanta + 1, since_decision=since)
+    rate = (calls - state.trial_base) / cpu
     if state.rate_global is not None and rate < state.rate_global * (1 - params.trial_margin):
-        back = _decide(state, state.ip, False, (), None, 1)
+        back = _decide(state, state.ip, False, (), None, 0.0, 1)
         return replace(back, rate_global=state.rate_global, rate_local=rate, hold_global=True)
     return replace(state, trial_quanta=0, rate_local=rate, since_decision=since)
 
@@ -180,7 +194,7 @@ def lbd_step(
         return _measuring(state, switches, params)
     since = state.since_decision + 1
     if state.phase == LBD_DECIDED and state.local and state.trial_quanta and calls is not None:
-        return _trial(state, calls, since, params)
+        return _trial(state, calls, user_times, since, params)
     if state.phase == LBD_DECIDED and (state.local or state.hold_global):
         if since >= params.remeasure_quanta:  # back to the global queue for one window
             return replace(state, phase=LBD_STABLE, base_user=(), quanta_stable=0, since_decision=since,
@@ -201,13 +215,13 @@ def lbd_step(
         # The first decision: the plain threshold; a periodic re-measure of a local job: it stays local
         # unless clearly imbalanced now.
         cut = params.threshold if state.decisions == 0 or not state.local else params.threshold + params.hysteresis
-        return _decide(state, ip, ip < cut, times, calls, quanta)
+        return _decide(state, ip, ip < cut, times, calls, sum(used), quanta)
     # Decided, global queue: keep measuring; move to local queues only on clear, repeated evidence.
     if mean < params.recheck_cpu_s:
         return replace(state, quanta_stable=quanta, since_decision=since)
     ip = idleness(used)
     against = state.against + 1 if ip < params.threshold - params.hysteresis else 0
     if against >= params.confirm:
-        return _decide(state, ip, True, times, calls, quanta)
+        return _decide(state, ip, True, times, calls, sum(used), quanta)
     return replace(state, ip=ip, base_user=times, base_calls=calls, quanta_stable=0, against=against,
                    since_decision=since)  # fmt: skip

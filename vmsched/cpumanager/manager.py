@@ -475,12 +475,12 @@ class CpuManager:
             event(log, "lbd_decision", job=j.job_id, cvcs=round(new.cvcs or 0, 4), ip=round(new.ip or 0, 4),
                   queue="local" if new.local else "global", decision=new.decisions,
                   why="local_slower" if new.hold_global else "idleness",
-                  calls_per_quantum_global=round(new.rate_global or 0, 1),
-                  calls_per_quantum_local=round(new.rate_local or 0, 1))  # fmt: skip
+                  calls_per_cpu_s_global=round(new.rate_global or 0, 1),
+                  calls_per_cpu_s_local=round(new.rate_local or 0, 1))  # fmt: skip
         elif new.rate_local is not None and new.rate_local != state.rate_local:
             event(log, "lbd_trial", job=j.job_id, queue="local", kept=True,
-                  calls_per_quantum_global=round(new.rate_global or 0, 1),
-                  calls_per_quantum_local=round(new.rate_local, 1))  # fmt: skip
+                  calls_per_cpu_s_global=round(new.rate_global or 0, 1),
+                  calls_per_cpu_s_local=round(new.rate_local, 1))  # fmt: skip
         elif new.phase == L.LBD_STABLE and state.phase == L.LBD_DECIDED:
             event(log, "lbd_remeasure", job=j.job_id, quanta=state.since_decision + 1)
 
