@@ -156,7 +156,7 @@ def _decide(state: LbdState, ip: float | None, local: bool, times: tuple[float, 
     rate = (calls - state.base_calls) / cpu if calls is not None and state.base_calls is not None and cpu > 0 else None
     trial = local and rate is not None and rate > 0
     return replace(state, phase=LBD_DECIDED, ip=ip, local=local, base_user=times, base_calls=calls, quanta_stable=0,
-                   against=0, decisions=state.decisions + 1, since_decision=0, rate_global=rate,
+                   against=0, decisions=state.decisions + 1, since_decision=0, rate_global=rate, rate_local=None,
                    trial_quanta=1 if trial else 0, trial_base=calls or 0.0, trial_len=quanta,
                    hold_global=False)  # fmt: skip
 
