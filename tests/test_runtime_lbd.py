@@ -77,7 +77,8 @@ def test_lbd_decides_again_when_the_imbalance_ends(manager: Manager) -> None:
     seen, decisions = run_watched(manager, 601, send_cmd("50x6", 200, "0:30"))
     assert [q for q, _ in decisions][:1] == ["global"] and decisions[-1][0] == "local", decisions
     assert decisions[0][1] >= 0.10 and decisions[-1][1] < 0.10
-    assert seen[-1]["queue"] == "local"
+    # (a periodic re-measure on the global queue may be under way when the job ends)
+    assert [j for j in seen if j["lbd"] == "decided"][-1]["queue"] == "local"
 
 
 def test_lbd_decides_again_when_an_imbalance_starts(remeasuring_manager: Manager) -> None:
@@ -85,4 +86,4 @@ def test_lbd_decides_again_when_an_imbalance_starts(remeasuring_manager: Manager
     seen, decisions = run_watched(m, 602, send_cmd("50x6", 150, "60:"))
     assert [q for q, _ in decisions][:1] == ["local"] and decisions[-1][0] == "global", decisions
     assert re.search(r"action=lbd_remeasure job=602 ", m.log_path.read_text())
-    assert seen[-1]["queue"] == "global"
+    assert [j for j in seen if j["lbd"] == "decided"][-1]["queue"] == "global"
