@@ -1,8 +1,8 @@
 """Load Balancing Detector: an imbalanced job (send.50x6) and a balanced one run folded (4 ranks on the
 2 CPUs, MPL 2) on a fixed local queue, a fixed global queue, and under the LBD (starts global, decides
 at run time), in one invocation. Target: LBD within 5 % of the better fixed choice for each job.
-The jobs run about 6 s, so that the LBD's measuring phase (about a second on the global queue) is a
-small part of them, as it is for real jobs.
+The jobs run about 6 s, so that the LBD's measuring phase (about half a second on the global queue) is
+a small part of them, as it is for real jobs.
 
 Workload: `vmsched.apps.send` (class S). The LBD's decision and figures are read from the CPU manager's
 log.
@@ -63,11 +63,11 @@ def main() -> int:
                     if res.returncode != 0:
                         raise RuntimeError(f"{name} on {q} failed: {res.stderr[-2000:]}")
                     times[(name, q)].append(elapsed(res.stdout))
-                    if q == "lbd":
-                        hit = re.search(rf"action=lbd_decision job={job_id} cvcs=([0-9.]+) ip=([0-9.e-]+) queue=(\w+)",
-                                        m.log_path.read_text())  # fmt: skip
-                        decisions[name].append(f"{hit.group(3)} (IP {100 * float(hit.group(2)):.1f} %)" if hit
-                                               else "undecided")  # fmt: skip
+                    if q == "lbd":  # every decision of the run: the first, then re-decisions
+                        hits = re.findall(rf"action=lbd_decision job={job_id} cvcs=[0-9.]+ ip=([0-9.e-]+) queue=(\w+)",
+                                          m.log_path.read_text())  # fmt: skip
+                        decisions[name].append(" > ".join(f"{qq} (IP {100 * float(ip):.1f} %)" for ip, qq in hits)
+                                               or "undecided")  # fmt: skip
     load1 = os.getloadavg()[0]
     src = "vmsched.apps.send"
     print(

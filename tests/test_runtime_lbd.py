@@ -1,6 +1,8 @@
 """LBD end to end: the runtime's context-switch counts and the ranks' CPU times lead the CPU manager
 to keep send.50x6 (imbalanced) on the global queue and to move a balanced app to local queues, and
-the decision with its figures shows in the status view and the manager's log."""
+the decision with its figures shows in the status view and the manager's log. A job whose pattern
+changes is decided again: imbalanced then balanced moves to local queues; balanced then imbalanced
+moves to the global queue at its next periodic re-measure. The rule itself: tests/test_lbd.py."""
 
 from __future__ import annotations
 
@@ -9,14 +11,36 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from vmsched.vmruntime.testing import Manager, vmrun_cmd
 
 
-def send_cmd(variant: str, iters: int) -> list[str]:
-    return [sys.executable, "-m", "vmsched.apps.send", "-c", "S", "--variant", variant, "--iters", str(iters)]
+def send_cmd(variant: str, iters: int, heavy_iters: str | None = None) -> list[str]:
+    cmd = [sys.executable, "-m", "vmsched.apps.send", "-c", "S", "--variant", variant, "--iters", str(iters)]
+    return cmd + (["--heavy-iters", heavy_iters] if heavy_iters else [])  # not ":": mpiexec's MPMD separator
+
+
+def run_watched(manager: Manager, job_id: int, app: list[str]) -> tuple[list[dict], list[tuple[str, float]]]:
+    """Run the app folded (4 ranks, MPL 2) under the LBD; the job's status entries seen while it ran
+    and its decisions from the manager's log, (queue, IP) in order."""
+    cmd = vmrun_cmd(manager.state_dir, 4, 2, app, queue="lbd", job_id=job_id)
+    proc = subprocess.Popen(cmd, env=manager.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    seen: list[dict] = []
+    while proc.poll() is None:
+        jobs = [j for j in manager.status()["jobs"] if j["job"] == job_id]
+        if jobs:
+            seen.append(jobs[0])
+        time.sleep(0.02)
+    out, err = proc.communicate()
+    assert proc.returncode == 0, err
+    assert '"verified": true' in out.strip().splitlines()[-1], out[-2000:]
+    assert seen and seen[0]["queue"] == "global"  # every LBD job starts on the global queue
+    hits = re.findall(rf"action=lbd_decision job={job_id} cvcs=[0-9.]+ ip=([0-9.e-]+) queue=(\w+) decision=\d+",
+                      manager.log_path.read_text())  # fmt: skip
+    return seen, [(q, float(ip)) for ip, q in hits]
 
 
 @pytest.fixture(scope="module")
@@ -28,23 +52,38 @@ def manager() -> Iterator[Manager]:
 @pytest.mark.parametrize(("variant", "iters", "expected"), [("50x6", 40, "global"), ("0x1", 150, "local")],
                          ids=["send.50x6", "balanced"])  # fmt: skip
 def test_lbd_decision(manager: Manager, variant: str, iters: int, expected: str) -> None:
-    job_id = 500 + iters
-    cmd = vmrun_cmd(manager.state_dir, 4, 2, send_cmd(variant, iters), queue="lbd", job_id=job_id)
-    proc = subprocess.Popen(cmd, env=manager.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    seen: list[dict] = []
-    while proc.poll() is None:
-        jobs = [j for j in manager.status()["jobs"] if j["job"] == job_id]
-        if jobs:
-            seen.append(jobs[0])
-        time.sleep(0.02)
-    out, err = proc.communicate()
-    assert proc.returncode == 0, err
-    assert seen and seen[0]["queue"] == "global"  # every LBD job starts on the global queue
+    seen, decisions = run_watched(manager, 500 + iters, send_cmd(variant, iters))
     decided = [j for j in seen if j["lbd"] == "decided"]
     assert decided, f"no decision while the job ran (last: {seen[-1]})"
-    final = decided[-1]
-    assert final["queue"] == expected, final
-    assert (final["ip"] < 0.10) == (expected == "local")
-    log = manager.log_path.read_text()
-    m = re.search(rf"action=lbd_decision job={job_id} cvcs=([0-9.]+) ip=([0-9.e-]+) queue=(\w+)", log)
-    assert m and m.group(3) == expected, log[-2000:]
+    assert decided[-1]["queue"] == expected, decided[-1]
+    # The last decision is the right one. An imbalanced job never goes local; a balanced one may be
+    # misread once on a loaded machine and is then moved by the global queue's re-checks.
+    assert decisions and decisions[-1][0] == expected, decisions
+    assert (decisions[-1][1] < 0.10) == (expected == "local")
+    if expected == "global":
+        assert {q for q, _ in decisions} == {"global"}, decisions
+
+
+@pytest.fixture(scope="module")
+def remeasuring_manager(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Manager]:
+    """A manager that re-measures local jobs every 1.5 s (the default 10 s is longer than these jobs)."""
+    config: Path = tmp_path_factory.mktemp("lbd") / "vmsched.toml"
+    config.write_text("[cpumanager]\nlbd_remeasure_quanta = 150\n")
+    with Manager(cpus="0-1", extra=("--config", str(config))) as m:
+        yield m
+
+
+def test_lbd_decides_again_when_the_imbalance_ends(manager: Manager) -> None:
+    seen, decisions = run_watched(manager, 601, send_cmd("50x6", 200, "0:30"))
+    assert [q for q, _ in decisions][:1] == ["global"] and decisions[-1][0] == "local", decisions
+    assert decisions[0][1] >= 0.10 and decisions[-1][1] < 0.10
+    # (a periodic re-measure on the global queue may be under way when the job ends)
+    assert [j for j in seen if j["lbd"] == "decided"][-1]["queue"] == "local"
+
+
+def test_lbd_decides_again_when_an_imbalance_starts(remeasuring_manager: Manager) -> None:
+    m = remeasuring_manager
+    seen, decisions = run_watched(m, 602, send_cmd("50x6", 150, "60:"))
+    assert [q for q, _ in decisions][:1] == ["local"] and decisions[-1][0] == "global", decisions
+    assert re.search(r"action=lbd_remeasure job=602 ", m.log_path.read_text())
+    assert [j for j in seen if j["lbd"] == "decided"][-1]["queue"] == "global"

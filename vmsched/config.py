@@ -73,7 +73,9 @@ class CpuManagerConfig:
     lbd_threshold: float = 0.10  # IP below this -> local queues (thesis §4.4.4)
     lbd_stable_change: float = 0.05  # CVCS relative change that counts as "stable"
     lbd_stable_quanta: int = 10  # ... for this many consecutive quanta
-    lbd_ip_quanta: int = 50  # IP measured over this many quanta after stabilization
+    lbd_ip_quanta: int = 300  # the first IP window closes after this many quanta at most
+    lbd_window_cpu_ms: float = 200.0  # ... and as soon as the ranks' mean CPU time in it reaches this
+    lbd_remeasure_quanta: int = 1000  # a job decided local re-measures on the global queue this often
     default_queue: str = "lbd"  # lbd | local | global
 
 
@@ -246,6 +248,9 @@ def load_config(
     cfg = Config(state_dir=sdir, source=source, **sections)
     if cfg.cpumanager.quantum_ms <= 0:
         raise ConfigError("quantum_ms must be > 0")
+    cm = cfg.cpumanager
+    if cm.lbd_ip_quanta < 1 or cm.lbd_window_cpu_ms <= 0 or cm.lbd_remeasure_quanta < 1:
+        raise ConfigError("lbd_ip_quanta and lbd_remeasure_quanta must be >= 1, lbd_window_cpu_ms > 0")
     if cfg.cpumanager.default_queue not in ("lbd", "local", "global"):
         raise ConfigError("default_queue must be lbd, local or global")
     if cfg.slurm.max_mpl < 1:

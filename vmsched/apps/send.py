@@ -5,6 +5,8 @@ Each iteration has three phases: computation, an exchange between the even/odd r
 The work vector (`elems` values, logistic map x <- 3.9 x (1 - x)) is split evenly over the ranks.
 With --variant PCTxK, PCT % of the ranks (spread evenly: 50 % = the odd ranks) compute K times longer:
 they repeat their computation phase K times (same result, K times the CPU time). 0x1 is balanced.
+With --heavy-iters A:B the heavy ranks are heavy only in iterations A to B-1 (a job whose pattern
+changes, for the LBD's re-decisions).
 
 Checksum: exact. Element updates do not depend on the decomposition, and the final sums are
 reproducible (vmsched.apps.exactsum); the exchanged messages are checked, not summed, since they depend on the
@@ -45,6 +47,8 @@ def message(source: int, it: int, length: int) -> np.ndarray:
 def add_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--variant", default="0x1", help="PCTxK: PCT %% of the ranks compute K times longer")
     parser.add_argument("--iters", type=int, default=None, help="iterations (default: by class)")
+    parser.add_argument("--heavy-iters", default=":",
+                        help="A:B: the heavy ranks are heavy only in iterations A..B-1 (default: all)")  # fmt: skip
 
 
 def check_options(args: argparse.Namespace, size: int) -> None:
@@ -54,6 +58,13 @@ def check_options(args: argparse.Namespace, size: int) -> None:
         raise harness.UsageError(str(exc)) from None
     if args.iters is not None and args.iters < 1:
         raise harness.UsageError(f"--iters must be >= 1, not {args.iters}")
+    try:
+        lo, hi = (int(v) if v else None for v in args.heavy_iters.split(":"))
+    except ValueError:
+        raise harness.UsageError(f"--heavy-iters must be A:B (iterations), not {args.heavy_iters!r}") from None
+    if (lo or 0) < 0 or (hi or 0) < 0:
+        raise harness.UsageError(f"--heavy-iters: iterations are >= 0, not {args.heavy_iters!r}")
+    args.heavy_from, args.heavy_to = lo or 0, hi
 
 
 def kernel(ctx: harness.AppContext) -> harness.Outcome:
@@ -68,11 +79,12 @@ def kernel(ctx: harness.AppContext) -> harness.Outcome:
     inbox = np.empty(p.msg)
     bad_messages = 0
     iters = ctx.args.iters if ctx.args.iters is not None else p.iters
+    heavy_from, heavy_to = ctx.args.heavy_from, iters if ctx.args.heavy_to is None else ctx.args.heavy_to
     cpu = 0.0  # CPU seconds of the compute phases: K times more on heavy ranks, however they are scheduled
     for it in range(iters):
         c0 = time.process_time()
         new = x
-        for _ in range(k if heavy else 1):  # the imbalance: heavy ranks redo the phase
+        for _ in range(k if heavy and heavy_from <= it < heavy_to else 1):  # the imbalance: heavy ranks redo the phase
             new = evolve(x, p.steps)
         x = new
         cpu += time.process_time() - c0
@@ -99,6 +111,7 @@ def kernel(ctx: harness.AppContext) -> harness.Outcome:
     sample_ok = ctx.comm.bcast(sample_ok, root=0)
     cpus = ctx.comm.allgather(round(cpu, 4))
     info = {"variant": f"{pct}x{k}", "heavy_ranks": heavy_ranks(ctx.size, pct), "iters": iters,
+            "heavy_iters": [heavy_from, heavy_to],
             "bad_messages": bad, "compute_cpu_s": cpus, "sum": total}  # fmt: skip
     return harness.Outcome(bad == 0 and sample_ok, checksum_of([total, total2]), info)
 

@@ -3,11 +3,45 @@
 A job starts on a global queue. Every quantum the CPU manager feeds the per-rank context-switch
 counts; the coefficient of variation (CVCS) is chaotic while the job initializes and then settles.
 
-Stabilization rule (ours; the thesis only says "as soon as it becomes constant"): the mean count per
-rank must have reached `min_switches`, and the relative change of CVCS from one quantum to the next
-must stay below `stable_change` for `stable_quanta` consecutive quanta. Then the user CPU time of
-every rank is sampled, again `ip_quanta` quanta later, and the idleness percentage over that window
-decides: IP < threshold -> balanced -> local queues; otherwise the job stays on the global queue.
+Stabilization (ours; the thesis only says "as soon as it becomes constant"): the mean count per rank
+must have reached `min_switches`, and the relative change of CVCS from one quantum to the next must
+stay below `stable_change` for `stable_quanta` consecutive quanta - or only `fast_quanta` once the
+mean count reaches `busy_switches`: a CVCS of hundreds of switches per rank no longer moves by chance.
+
+Idleness window: then the CPU time of every rank is sampled every `sample_quanta` quanta, and the
+window closes when the ranks' mean CPU time in it reaches `window_cpu_s` (or after `ip_quanta` quanta
+at most). The idleness percentage IP over the window decides: IP < threshold -> balanced -> local
+queues; otherwise the job stays on the global queue. The window is counted in the ranks' own CPU time,
+not in quanta, because its error is one compute phase per rank at each end (a rank caught just before
+or just after its phase): a balanced send.S (8.5 ms phases) on a loaded machine got 0.08 s of CPU per
+rank in the thesis's 50 quanta and read IP 3-14 % across the 10 % cut-off. Over 0.1 s of CPU per rank
+it read at most 8.7 % in one trace (send.50x6 at least 23 %; /proc/<pid>/schedstat every 20 ms, load
+3-5), but at load 11 a 0.12 s window still put 2 balanced runs in 5 at IP 10.8-11.5 %; over 0.2 s the
+trace read at most 7.1 %, hence 0.2 s. Unloaded that is 0.4 s of wall time for 4 ranks on 2 CPUs
+(the old rule: 10 steady quanta, then 50 quanta); under load the window grows with the load instead
+of losing its accuracy. A first decision that was wrong is corrected by the re-checks below.
+
+Local trial (ours): the thesis's premise, balanced -> local queues are faster, does not hold for every
+pattern now that the global queue hands the token to a rank that can make progress: folded onto one
+CPU (where the local queue is plain round robin) a pipeline ran 3.1x slower on local queues
+(bench/patterns.py --quick, 4 ranks: 1.77 s vs 0.56 s with `progress`). So a job decided local runs a
+trial as long as the global window that led to it and compares the ranks' MPI calls (the manager's
+counters; for an iterative program a measure of progress) per CPU second of the ranks: if local made
+more than `trial_margin` less progress per CPU second, the job goes back to the global queue and stays
+there until its next periodic re-measure. Per CPU second, not per quantum: a round robin that wakes
+ranks that cannot go on burns the CPU in hand-offs and polls, which this sees, while outside load,
+which changes from one window to the next, cancels out (per quantum, the trial sent balanced jobs
+back to the global queue at load 11). The margin is 20 %: a balanced send.S read 182-216 calls per
+CPU second on the global queue and 182-209 on local queues from one window to the next (load 11).
+
+Deciding again (ours): the pattern of a job may change. On the global queue CPU time is a fair measure
+of work (a rank without a token sleeps), so a decided-global job keeps measuring windows of
+`recheck_cpu_s` and moves to local queues when IP < threshold - `hysteresis` in `confirm` windows in a
+row. On local queues it is not: a rank whose queue-mate also waits hands the token back and forth and
+polls, so waiting shows as CPU time (the imbalanced send.50x6 reads IP 6-25 % there). A decided-local
+job therefore goes back to the global queue for one window every `remeasure_quanta` quanta, and
+leaves it again unless IP >= threshold + `hysteresis`. The hysteresis keeps a job near the cut-off from
+flapping; every move costs a token rebuild and a re-pin.
 """
 
 from __future__ import annotations
@@ -24,8 +58,19 @@ class LbdParams:
     threshold: float = 0.10
     stable_change: float = 0.05
     stable_quanta: int = 10
-    ip_quanta: int = 50
+    ip_quanta: int = 300  # the first window closes after this many quanta even if short of CPU time
+    window_cpu_s: float = 0.2
+    remeasure_quanta: int = 1000
     min_switches: float = 4.0
+    busy_switches: float = 50.0
+    fast_quanta: int = 3
+    sample_quanta: int = 5
+    recheck_cpu_s: float = 0.2
+    recheck_sample_quanta: int = 20
+    hysteresis: float = 0.03
+    confirm: int = 2
+    trial_margin: float = 0.20
+    trial_min_quanta: int = 10
 
 
 @dataclass(frozen=True)
@@ -33,14 +78,39 @@ class LbdState:
     phase: int = LBD_MEASURING
     cvcs: float | None = None
     stable_count: int = 0
-    base_user: tuple[float, ...] = ()
-    quanta_stable: int = 0
-    ip: float | None = None
-    local: bool | None = None  # the decision, once phase is LBD_DECIDED
+    base_user: tuple[float, ...] = ()  # CPU times at the start of the open window
+    quanta_stable: int = 0  # quanta since the window opened
+    ip: float | None = None  # IP of the last closed window
+    local: bool | None = None  # the decision, once phase is LBD_DECIDED (while re-measuring: the last one)
+    against: int = 0  # windows in a row whose IP argues for the other queue
+    decisions: int = 0  # windows that decided (the first decision and every re-decision)
+    since_decision: int = 0  # quanta since the last decision (drives the periodic re-measure)
+    base_calls: float | None = None  # the ranks' MPI calls at the start of the open window
+    rate_global: float | None = None  # MPI calls per CPU second over the last global window
+    rate_local: float | None = None  # ... over the last local trial
+    trial_quanta: int = 0  # quanta into the local trial; 0: none running
+    trial_base: float = 0.0  # MPI calls when the trial began
+    trial_len: int = 0  # quanta the trial lasts: as long as the global window it is compared with
+    hold_global: bool = False  # local was measured slower: global until the next periodic re-measure
+
+    @property
+    def queue_local(self) -> bool:
+        """The queue the job should be on now: global while it measures or re-measures."""
+        return self.phase == LBD_DECIDED and bool(self.local)
 
     def wants_user_times(self, params: LbdParams) -> bool:
-        """Whether the next step needs user CPU times (read from /proc only then: it is not free)."""
-        return self.phase == LBD_STABLE and (not self.base_user or self.quanta_stable + 1 >= params.ip_quanta)
+        """Whether the next step needs CPU times (read from /proc only then: it is not free)."""
+        if self.phase == LBD_MEASURING:
+            return False
+        if not self.base_user:
+            return True
+        if self.phase == LBD_DECIDED and self.local and self.trial_quanta:
+            return _trial_due(self, params)  # the end of a local trial
+        if self.phase == LBD_DECIDED and (self.local or self.hold_global):
+            return False  # local queues: CPU time is no measure of idleness (see the module docstring)
+        every = params.sample_quanta if self.phase == LBD_STABLE else params.recheck_sample_quanta
+        nxt = self.quanta_stable + 1
+        return nxt % every == 0 or (self.phase == LBD_STABLE and nxt >= params.ip_quanta)
 
 
 def cvcs(counts: Sequence[float]) -> float | None:
@@ -65,33 +135,94 @@ def idleness(user_times: Sequence[float]) -> float:
     return sum(top - u for u in user_times) / (top * len(user_times))
 
 
+def _measuring(state: LbdState, switches: Sequence[float], params: LbdParams) -> LbdState:
+    value = cvcs(switches)
+    mean = sum(switches) / len(switches) if switches else 0.0
+    if value is None or mean < params.min_switches:
+        return replace(state, cvcs=value, stable_count=0)
+    prev = state.cvcs
+    steady = prev is not None and abs(value - prev) <= params.stable_change * max(prev, 1e-9)
+    count = state.stable_count + 1 if steady else 0
+    needed = params.fast_quanta if mean >= params.busy_switches else params.stable_quanta
+    if count >= needed:
+        return replace(state, phase=LBD_STABLE, cvcs=value, stable_count=count, base_user=(), quanta_stable=0)
+    return replace(state, cvcs=value, stable_count=count)
+
+
+def _decide(state: LbdState, ip: float | None, local: bool, times: tuple[float, ...], calls: float | None,
+            cpu: float, quanta: int) -> LbdState:  # fmt: skip
+    """Decide; a local decision is tried against the global window that led to it (MPI calls per
+    CPU second of the job's ranks over the window: `cpu` seconds in all, `quanta` long)."""
+    rate = (calls - state.base_calls) / cpu if calls is not None and state.base_calls is not None and cpu > 0 else None
+    trial = local and rate is not None and rate > 0
+    return replace(state, phase=LBD_DECIDED, ip=ip, local=local, base_user=times, base_calls=calls, quanta_stable=0,
+                   against=0, decisions=state.decisions + 1, since_decision=0, rate_global=rate, rate_local=None,
+                   trial_quanta=1 if trial else 0, trial_base=calls or 0.0, trial_len=quanta,
+                   hold_global=False)  # fmt: skip
+
+
+def _trial_due(state: LbdState, params: LbdParams) -> bool:
+    return state.trial_quanta >= max(params.trial_min_quanta, state.trial_len)
+
+
+def _trial(state: LbdState, calls: float, times: Sequence[float] | None, since: int, params: LbdParams) -> LbdState:
+    """One quantum of a local trial: at its end keep local queues unless they made measurably less
+    progress per CPU second (a round robin that wakes ranks that cannot go on burns CPU in hand-offs
+    and polls; counting per CPU second, not per quantum, keeps outside load out of the comparison)."""
+    if not _trial_due(state, params) or times is None or len(times) != len(state.base_user):
+        return replace(state, trial_quanta=state.trial_quanta + 1, since_decision=since)
+    cpu = sum(max(0.0, u - b) for u, b in zip(times, state.base_user, strict=True))
+    if cpu <= 0:
+        return replace(state, trial_quanta=state.trial_quanta + 1, since_decision=since)
+    rate = (calls - state.trial_base) / cpu
+    if state.rate_global is not None and rate < state.rate_global * (1 - params.trial_margin):
+        back = _decide(state, state.ip, False, (), None, 0.0, 1)
+        return replace(back, rate_global=state.rate_global, rate_local=rate, hold_global=True)
+    return replace(state, trial_quanta=0, rate_local=rate, since_decision=since)
+
+
 def lbd_step(
     state: LbdState,
     switches: Sequence[float],
     user_times: Sequence[float] | None,
     params: LbdParams,
+    calls: float | None = None,
 ) -> LbdState:
-    """Advance the detector by one quantum."""
-    if state.phase == LBD_DECIDED:
-        return state
+    """Advance the detector by one quantum. `user_times`: the ranks' CPU times in seconds, given when
+    `state.wants_user_times(params)` said so (None otherwise, or if a rank could not be read).
+    `calls`: the MPI calls the job's ranks have made so far (None: no local trials)."""
     if state.phase == LBD_MEASURING:
-        value = cvcs(switches)
-        if value is None or sum(switches) / len(switches) < params.min_switches:
-            return replace(state, cvcs=value, stable_count=0)
-        prev = state.cvcs
-        steady = prev is not None and abs(value - prev) <= params.stable_change * max(prev, 1e-9)
-        count = state.stable_count + 1 if steady else 0
-        if count >= params.stable_quanta:
-            return replace(state, phase=LBD_STABLE, cvcs=value, stable_count=count)
-        return replace(state, cvcs=value, stable_count=count)
-    # LBD_STABLE: take the baseline, then the sample that closes the window.
+        return _measuring(state, switches, params)
+    since = state.since_decision + 1
+    if state.phase == LBD_DECIDED and state.local and state.trial_quanta and calls is not None:
+        return _trial(state, calls, user_times, since, params)
+    if state.phase == LBD_DECIDED and (state.local or state.hold_global):
+        if since >= params.remeasure_quanta:  # back to the global queue for one window
+            return replace(state, phase=LBD_STABLE, base_user=(), quanta_stable=0, since_decision=since,
+                           trial_quanta=0, hold_global=False)  # fmt: skip
+        return replace(state, since_decision=since)
     if user_times is None:
-        return replace(state, quanta_stable=state.quanta_stable + 1)
-    if not state.base_user or len(state.base_user) != len(user_times):
-        return replace(state, base_user=tuple(user_times), quanta_stable=0)
+        return replace(state, quanta_stable=state.quanta_stable + 1, since_decision=since)
+    times = tuple(user_times)
+    if not state.base_user or len(state.base_user) != len(times):
+        return replace(state, base_user=times, base_calls=calls, quanta_stable=0, since_decision=since)
     quanta = state.quanta_stable + 1
-    if quanta < params.ip_quanta:
-        return replace(state, quanta_stable=quanta)
-    used = [max(0.0, u - b) for u, b in zip(user_times, state.base_user, strict=True)]
+    used = [max(0.0, u - b) for u, b in zip(times, state.base_user, strict=True)]
+    mean = sum(used) / len(used)
+    if state.phase == LBD_STABLE:
+        if mean < params.window_cpu_s and quanta < params.ip_quanta:
+            return replace(state, quanta_stable=quanta, since_decision=since)
+        ip = idleness(used)
+        # The first decision: the plain threshold; a periodic re-measure of a local job: it stays local
+        # unless clearly imbalanced now.
+        cut = params.threshold if state.decisions == 0 or not state.local else params.threshold + params.hysteresis
+        return _decide(state, ip, ip < cut, times, calls, sum(used), quanta)
+    # Decided, global queue: keep measuring; move to local queues only on clear, repeated evidence.
+    if mean < params.recheck_cpu_s:
+        return replace(state, quanta_stable=quanta, since_decision=since)
     ip = idleness(used)
-    return replace(state, phase=LBD_DECIDED, quanta_stable=quanta, ip=ip, local=ip < params.threshold)
+    against = state.against + 1 if ip < params.threshold - params.hysteresis else 0
+    if against >= params.confirm:
+        return _decide(state, ip, True, times, calls, sum(used), quanta)
+    return replace(state, ip=ip, base_user=times, base_calls=calls, quanta_stable=0, against=against,
+                   since_decision=since)  # fmt: skip

@@ -83,7 +83,10 @@ class CpuManager:
         self.table = table
         self.cpus = table.managed_cpus()
         cm = cfg.cpumanager
-        self.lbd_params = LbdParams(cm.lbd_threshold, cm.lbd_stable_change, cm.lbd_stable_quanta, cm.lbd_ip_quanta)
+        self.lbd_params = LbdParams(threshold=cm.lbd_threshold, stable_change=cm.lbd_stable_change,
+                                    stable_quanta=cm.lbd_stable_quanta, ip_quanta=cm.lbd_ip_quanta,
+                                    window_cpu_s=cm.lbd_window_cpu_ms / 1000,
+                                    remeasure_quanta=cm.lbd_remeasure_quanta)  # fmt: skip
         self.lbd: dict[int, LbdState] = {}
         self.ranks: dict[RankKey, _Rank] = {}
         self.segs: dict[int, JobSegmentFile] = {}  # job id -> its job segment
@@ -117,7 +120,9 @@ class CpuManager:
             except (OSError, TableError) as e:
                 log.warning("job %d: its job segment cannot be reopened (%s); its ranks run unmanaged", j.job_id, e)
             if j.lbd_phase in (L.LBD_MEASURING, L.LBD_STABLE):
-                self.lbd[j.job_id] = LbdState()  # measurement restarts; decided jobs keep their queue
+                self.lbd[j.job_id] = LbdState()  # measurement restarts
+            elif j.lbd_phase == L.LBD_DECIDED:  # decided jobs keep their queue and go on re-checking it
+                self.lbd[j.job_id] = LbdState(L.LBD_DECIDED, j.cvcs, local=j.queue == L.QUEUE_LOCAL, decisions=1)
             if j.leader_pid and not self.exits.watch(("leader", j.job_id), j.leader_pid):
                 event(log, "leader_gone", job=j.job_id, pid=j.leader_pid, reason="ended while no manager ran")
         with self.table.locked():
@@ -471,18 +476,31 @@ class CpuManager:
                 t = proc.cpu_time_us(self.ranks[k].pid)
                 times.append(t if self.exits.alive(_wkey(k)) else None)
             user = None if None in times else [t / 1e6 for t in times]  # type: ignore[operator]
-        switches = [int(snap["ctx_switches"][r]) if r < len(snap) else 0 for r in slots]
-        new = lbd_step(state, switches, user, self.lbd_params)
+        switches = [int(snap["ctx_switches"][r]) if r < len(snap) else 0 for r in slots] \
+            if state.phase == L.LBD_MEASURING else []  # fmt: skip
+        live = [r for r in slots if r < len(snap)]
+        calls = float(snap["mpi_calls"][live].sum()) if state.phase != L.LBD_MEASURING else None
+        new = lbd_step(state, switches, user, self.lbd_params, calls)
         self.lbd[j.job_id] = new
-        decided = new.phase == L.LBD_DECIDED
+        shown = (new.phase, new.cvcs, new.ip, new.queue_local, new.rate_local)
+        if shown == (state.phase, state.cvcs, state.ip, state.queue_local, state.rate_local):
+            return
         with self.table.locked():
-            self.table.set_lbd(j.slot, new.phase, new.cvcs or 0.0, (new.ip or 0.0) if decided else None)
-            if decided:
-                self.table.set_queue(j.slot, L.QUEUE_LOCAL if new.local else L.QUEUE_GLOBAL)
-        if decided:
-            del self.lbd[j.job_id]
+            self.table.set_lbd(j.slot, new.phase, new.cvcs or 0.0, new.ip)
+            if new.decisions:  # until the first decision the job stays on the global queue it started on
+                self.table.set_queue(j.slot, L.QUEUE_LOCAL if new.queue_local else L.QUEUE_GLOBAL)
+        if new.decisions > state.decisions:
             event(log, "lbd_decision", job=j.job_id, cvcs=round(new.cvcs or 0, 4), ip=round(new.ip or 0, 4),
-                  queue="local" if new.local else "global")  # fmt: skip
+                  queue="local" if new.local else "global", decision=new.decisions,
+                  why="local_slower" if new.hold_global else "idleness",
+                  calls_per_cpu_s_global=round(new.rate_global or 0, 1),
+                  calls_per_cpu_s_local=round(new.rate_local or 0, 1))  # fmt: skip
+        elif new.rate_local is not None and new.rate_local != state.rate_local:
+            event(log, "lbd_trial", job=j.job_id, queue="local", kept=True,
+                  calls_per_cpu_s_global=round(new.rate_global or 0, 1),
+                  calls_per_cpu_s_local=round(new.rate_local, 1))  # fmt: skip
+        elif new.phase == L.LBD_STABLE and state.phase == L.LBD_DECIDED:
+            event(log, "lbd_remeasure", job=j.job_id, quanta=state.since_decision + 1)
 
     # -- helpers ---------------------------------------------------------------------------------
     def _shapes(self) -> list[JobShape]:

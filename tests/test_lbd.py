@@ -1,0 +1,196 @@
+"""The Load Balancing Detector's rule (vmsched.cpumanager.lbd), driven by synthetic jobs: per-rank CPU
+shares per quantum and context-switch counts, fed as the CPU manager feeds them (CPU times only
+when the detector asks). End to end with real ranks: tests/test_runtime_lbd.py."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Sequence
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from vmsched.cpumanager.lbd import LbdParams, LbdState, idleness, lbd_step
+from vmsched.cpumanager.shm_layout import LBD_DECIDED, LBD_MEASURING, LBD_STABLE
+
+Q = 0.010  # seconds per quantum
+P = LbdParams()
+
+Rates = Callable[[int], Sequence[float]]  # quantum -> each rank's CPU share of that quantum
+
+
+def drive(rates: Rates, quanta: int, params: LbdParams = P, state: LbdState | None = None,
+          switches: float = 20.0, noise: Callable[[], float] | None = None,
+          speed: Callable[[bool], float] | None = None) -> list[LbdState]:  # fmt: skip
+    """Run the detector over `quanta` quanta; `noise()` shifts each CPU time read (a rank caught
+    inside or outside a compute phase); `speed(local)`: the job's MPI calls per CPU second on that
+    queue (None: the manager gives no call counts)."""
+    state = state or LbdState()
+    n = len(rates(0))
+    cpu, sw, calls = [0.0] * n, [0.0] * n, 0.0
+    out = []
+    for q in range(quanta):
+        cpu = [c + r * Q for c, r in zip(cpu, rates(q), strict=True)]
+        sw = [s + switches for s in sw]
+        calls += speed(state.queue_local) * sum(rates(q)) * Q if speed else 0.0
+        user = None
+        if state.wants_user_times(params):
+            user = [c + (noise() if noise else 0.0) for c in cpu]
+        state = lbd_step(state, sw, user, params, calls if speed else None)
+        out.append(state)
+    return out
+
+
+def shares(ip: float, n: int = 4, scale: float = 0.5) -> list[float]:
+    """CPU shares whose idleness is `ip`: one rank at `scale`, the others at scale * (1 - ip n / (n - 1))."""
+    low = 1 - ip * n / (n - 1)
+    return [scale] + [scale * low] * (n - 1)
+
+
+def decisions(states: list[LbdState]) -> list[tuple[int, bool]]:
+    """(quantum, local) of every decision, in order."""
+    out, seen = [], 0
+    for q, s in enumerate(states):
+        if s.decisions > seen:
+            seen = s.decisions
+            out.append((q, bool(s.local)))
+    return out
+
+
+def test_idleness_of_the_thesis_figure() -> None:
+    assert idleness([2.0, 2.0, 2.0]) == 0.0
+    assert abs(idleness([6.0, 1.0, 6.0, 1.0]) - 10 / 24) < 1e-12
+    assert idleness([]) == 0.0 and idleness([0.0, 0.0]) == 0.0
+
+
+@given(st.lists(st.floats(0.0, 100.0), min_size=1, max_size=64), st.floats(0.01, 100.0))
+def test_idleness_is_a_bounded_scale_free_fraction(times: list[float], k: float) -> None:
+    ip = idleness(times)
+    assert 0.0 <= ip <= 1 - 1 / len(times) + 1e-9
+    assert abs(idleness([t * k for t in times]) - ip) < 1e-9
+
+
+def test_balanced_goes_local_and_imbalanced_stays_global_within_half_a_second() -> None:
+    bal = drive(lambda q: [0.5] * 4, 60)
+    imb = drive(lambda q: [1 / 6, 1.0, 1 / 6, 1.0], 60)  # send.50x6: half the ranks do 6 times the work
+    assert decisions(bal)[:1] == [(decisions(bal)[0][0], True)] and bal[-1].queue_local
+    assert decisions(imb)[:1] == [(decisions(imb)[0][0], False)] and not imb[-1].queue_local
+    # Busy ranks: CVCS trusted after fast_quanta, then 0.2 s of CPU per rank (40 quanta at half a CPU).
+    assert decisions(bal)[0][0] < 50 and decisions(imb)[0][0] < 50
+
+
+def test_a_quiet_job_waits_for_enough_switches_and_longer_stability() -> None:
+    quiet = drive(lambda q: [0.5] * 4, 12, switches=1.0)
+    assert [s.phase for s in quiet[:3]] == [LBD_MEASURING] * 3  # mean count below min_switches
+    assert quiet[-1].phase == LBD_MEASURING  # 10 steady quanta needed, not 3
+    assert drive(lambda q: [0.5] * 4, 30, switches=1.0)[-1].phase != LBD_MEASURING
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.floats(0.02, 1.0), st.sampled_from([0.0, 0.05, 0.4]))
+def test_the_window_is_counted_in_cpu_time_not_quanta(load: float, ip: float) -> None:
+    """A job slowed by other load (its ranks get `load` of their CPU share) reaches the same decision
+    from a window of the same CPU time, only later."""
+    states = drive(lambda q: [s * load for s in shares(ip)], 400)
+    first = decisions(states)
+    assert first and first[0][1] == (ip < P.threshold)
+    q = first[0][0]
+    opened = next(i for i, s in enumerate(states) if s.phase == LBD_STABLE)
+    mean_cpu = sum(shares(ip)) / 4 * load * Q * (q - opened)
+    assert mean_cpu >= P.window_cpu_s - 2 * P.sample_quanta * Q or q - opened >= P.ip_quanta - 2
+    assert abs(states[q].ip - ip) < 1e-6
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.floats(0.25, 1.0))
+def test_phase_noise_of_a_few_ms_does_not_move_a_balanced_job_off_local_queues(seed: int, load: float) -> None:
+    rng = random.Random(seed)
+    states = drive(lambda q: [0.5 * load] * 4, 600, noise=lambda: rng.uniform(0, 0.002))
+    assert [local for _, local in decisions(states)] == [True]
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.floats(0.2, 0.5))
+def test_clear_imbalance_is_kept_on_the_global_queue_despite_noise(seed: int, ip: float) -> None:
+    rng = random.Random(seed)
+    states = drive(lambda q: shares(ip), 600, noise=lambda: rng.uniform(0, 0.004))
+    assert [local for _, local in decisions(states)] == [False]
+
+
+def test_a_job_that_becomes_balanced_moves_to_local_queues() -> None:
+    change = 100
+    states = drive(lambda q: [1 / 6, 1.0, 1 / 6, 1.0] if q < change else [0.5] * 4, 300)
+    (q1, local1), (q2, local2) = decisions(states)
+    assert (local1, local2) == (False, True) and q1 < change < q2
+    # Confirmed by `confirm` recheck windows of 0.2 s CPU per rank (40 quanta at half a CPU each).
+    assert q2 - change <= (P.confirm + 1) * (P.recheck_cpu_s / (0.5 * Q) + P.recheck_sample_quanta)
+
+
+def test_a_local_job_that_becomes_imbalanced_moves_to_the_global_queue_at_its_next_remeasure() -> None:
+    params = LbdParams(remeasure_quanta=200)
+    change = 120
+    states = drive(lambda q: [0.5] * 4 if q < change else [1 / 6, 1.0, 1 / 6, 1.0], 400, params)
+    (q1, local1), (q2, local2) = decisions(states)
+    assert (local1, local2) == (True, False)
+    remeasure = next(q for q in range(q1, 400) if states[q].phase == LBD_STABLE)
+    assert remeasure == q1 + params.remeasure_quanta and not states[remeasure].queue_local  # global to measure
+    assert q2 > remeasure and not states[-1].queue_local
+
+
+def test_a_balanced_local_job_returns_to_local_queues_after_each_remeasure() -> None:
+    params = LbdParams(remeasure_quanta=150)
+    states = drive(lambda q: [0.5] * 4, 700, params)
+    assert [local for _, local in decisions(states)] == [True] * len(decisions(states))
+    assert len(decisions(states)) >= 4
+    on_global = sum(not s.queue_local for s in states[decisions(states)[0][0] :])
+    assert on_global / len(states) < 0.2  # the price of re-measuring: one short window per period
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.floats(-0.029, 0.029), min_size=1, max_size=30), st.booleans())
+def test_no_flapping_inside_the_hysteresis_band(offsets: list[float], start_local: bool) -> None:
+    """After a decision, windows whose IP stays within `hysteresis` of the threshold never move the job."""
+    params = LbdParams(remeasure_quanta=60)
+    start = LbdState(LBD_DECIDED, 0.1, local=start_local, decisions=1)
+    per = 80  # quanta per pattern step: longer than a recheck window
+    states = drive(lambda q: shares(P.threshold + offsets[min(q // per, len(offsets) - 1)]),
+                   per * len(offsets), params, start)  # fmt: skip
+    assert all(bool(s.local) == start_local for s in states)
+    assert all(s.queue_local == start_local for s in states if s.phase == LBD_DECIDED)
+
+
+def test_a_balanced_job_that_runs_slower_on_local_queues_goes_back_to_the_global_queue() -> None:
+    """The thesis's premise (balanced -> local is faster) does not hold for every pattern: a pipeline
+    folded onto one CPU runs 3x slower in round robin than with the global queue's progress rule."""
+    params = LbdParams(remeasure_quanta=300)
+    states = drive(lambda q: [0.5] * 4, 500, params, speed=lambda local: 100.0 if local else 130.0)
+    seq = decisions(states)
+    assert [local for _, local in seq[:2]] == [True, False]
+    back = states[seq[1][0]]
+    assert back.hold_global and back.rate_local is not None and back.rate_global is not None
+    assert abs(back.rate_local - 100) < 1e-6 and abs(back.rate_global - 130) < 1e-6
+    # The trial lasts as long as the global window it is compared with; then global until the re-measure.
+    assert seq[1][0] - seq[0][0] <= max(P.trial_min_quanta, 2 * P.window_cpu_s / (0.5 * Q)) + 1
+    stay = states[seq[1][0] : seq[1][0] + params.remeasure_quanta - 1]
+    assert all(not s.queue_local and s.phase == LBD_DECIDED for s in stay)
+
+
+@given(st.floats(0.85, 2.0))
+def test_a_balanced_job_no_slower_on_local_queues_stays_there(ratio: float) -> None:
+    states = drive(lambda q: [0.5] * 4, 300, speed=lambda local: 100.0 * ratio if local else 100.0)
+    assert [local for _, local in decisions(states)] == [True]
+    assert states[-1].queue_local and states[-1].rate_local is not None
+
+
+def test_an_imbalanced_job_is_never_tried_on_local_queues() -> None:
+    states = drive(lambda q: [1 / 6, 1.0, 1 / 6, 1.0], 400, speed=lambda local: 500.0 if local else 100.0)
+    assert not any(s.queue_local for s in states)
+
+
+def test_outside_load_during_the_local_trial_does_not_count_against_local_queues() -> None:
+    """The job gets a fifth of the CPU from the moment it is decided local (another job starts):
+    progress per CPU second is unchanged, so the trial keeps it local."""
+    first = decisions(drive(lambda q: [0.5] * 4, 100))[0][0]
+    states = drive(lambda q: [0.5] * 4 if q <= first else [0.1] * 4, 400, speed=lambda local: 1000.0)
+    assert [local for _, local in decisions(states)] == [True]
+    assert states[-1].rate_local is not None and abs(states[-1].rate_local - 1000.0) < 1e-6
