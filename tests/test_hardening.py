@@ -49,6 +49,10 @@ def effective_caps(pid: int) -> int:
     return int(next(line.split()[1] for line in status.splitlines() if line.startswith("CapEff:")), 16)
 
 
+def mpich_segments() -> set[str]:
+    return {n for n in os.listdir("/dev/shm") if n.startswith("mpich_shm_")}
+
+
 @pytest.fixture
 def world_dir() -> Iterator[Path]:
     """Reachable by a second user (pytest's tmp_path is 0700)."""
@@ -101,6 +105,7 @@ def test_another_users_folded_job_under_the_units_capabilities(world_dir):
                 return c.call("submit", command=[str(exe), "100000000"], procs=[4], max_mpl=4, cwd=str(work),
                               env={"PATH": "/usr/bin:/bin"}, time_limit=300)  # fmt: skip
 
+        mpich_before = mpich_segments()
         answer = as_user(nobody.pw_uid, nobody.pw_gid, submit)
         job = answer.get("job") or pytest.fail(f"submit as nobody: {answer}")
         client = CpuManagerClient(cfg, timeout_s=5.0)
@@ -132,6 +137,9 @@ def test_another_users_folded_job_under_the_units_capabilities(world_dir):
         assert run_cli(env, world_dir, "vmcancel", str(job)).returncode == 0
         wait_for(lambda: not any(psutil.pid_exists(p) for p in pids), timeout=30, what="the ranks to be gone")
         wait_for(lambda: '"cancelled"' in run_cli(env, world_dir, "vmacct", "--json").stdout, what="accounted")
+        # Its MPICH segment, mapped by nobody's ranks (which the launcher, without CAP_SYS_PTRACE, cannot
+        # inspect), was noted by the shim's watcher and removed when the job ended.
+        assert mpich_segments() - mpich_before == set()
         out = work / f"vmsched-{job}.out"
         assert out.stat().st_uid == nobody.pw_uid, "the job's user (CAP_SETUID/SETGID) creates its output"
         for p in reversed(procs):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import signal
 import subprocess
 import sys
@@ -125,3 +126,46 @@ def test_exit_status_mapping(code, expected):
                        capture_output=True, text=True, timeout=30)  # fmt: skip
     assert json.loads(r.stdout)["exit_code"] == expected
     assert exit_status(-signal.SIGKILL) == 137 and exit_status(3) == 3
+
+
+# The launcher's shim under the hardened unit: root without CAP_SYS_PTRACE (systemd/vm-launcher.service), so it
+# cannot read the maps of another user's processes; the job runs as that user.
+HARDENED_SUPERVISOR = """
+import json, subprocess, sys
+from vmsched.vmruntime.supervisor import supervise
+uid = int(sys.argv[1])
+o = supervise(lambda: subprocess.Popen(sys.argv[2:], user=uid, group=uid, extra_groups=[], cwd="/"), 5.0,
+              owner=(uid, uid))
+print(json.dumps({"exit_code": o.exit_code, "removed_shm": o.removed_shm, "noted_shm": o.noted_shm}))
+"""
+# The job (as that user): maps a segment of its own and a root-owned one it may read, then ends without
+# removing either (a killed MPI job leaves its MPICH segment so).
+USER_JOB = """
+import mmap, os, sys, time
+own, foreign = sys.argv[1], sys.argv[2]
+fd = os.open(own, os.O_CREAT | os.O_RDWR, 0o600)
+os.ftruncate(fd, 4096)
+a = mmap.mmap(fd, 4096)
+b = mmap.mmap(os.open(foreign, os.O_RDONLY), 4096, prot=mmap.PROT_READ)
+time.sleep(1.5)
+"""
+
+
+def test_another_users_job_is_watched_as_that_user_and_only_its_own_segments_removed():
+    nobody = pwd.getpwnam("nobody")
+    own = Path(f"/dev/shm/mpich_shm_vmsup-{os.getpid()}")
+    foreign = Path(f"/dev/shm/vmsup-foreign-{os.getpid()}")  # root's, readable by all: mapped, never removed
+    foreign.write_bytes(b"\0" * 4096)
+    foreign.chmod(0o644)
+    caps = "+setuid,+setgid,+kill,+sys_nice,+dac_override,+fowner,+chown"  # no sys_ptrace, as the unit
+    try:
+        r = subprocess.run(["setpriv", f"--bounding-set=-all,{caps}", "--inh-caps=-all", sys.executable, "-c",
+                            HARDENED_SUPERVISOR, str(nobody.pw_uid), "/usr/bin/python3", "-c", USER_JOB, str(own),
+                            str(foreign)], capture_output=True, text=True, timeout=60)  # fmt: skip
+        assert r.returncode == 0, r.stderr
+        o = json.loads(r.stdout.strip().splitlines()[-1])
+        assert o == {"exit_code": 0, "removed_shm": [str(own)], "noted_shm": sorted([str(own), str(foreign)])}
+        assert not own.exists() and foreign.exists()
+    finally:
+        foreign.unlink()
+        own.unlink(missing_ok=True)

@@ -65,7 +65,8 @@ def main(argv: list[str] | None = None) -> int:
         def begin() -> subprocess.Popen:
             return subprocess.Popen(wrapper, stdin=subprocess.DEVNULL, env=env, **as_user)  # type: ignore[arg-type]
 
-        outcome = supervise(begin, args.grace, forwarded=FORWARDED, ignored=(signal.SIGHUP,))
+        owner = (args.uid, args.gid if args.gid is not None else args.uid) if args.uid is not None else None
+        outcome = supervise(begin, args.grace, forwarded=FORWARDED, ignored=(signal.SIGHUP,), owner=owner)
     except OSError as e:
         write_status(args.status, started=True, exit_code=127, start_time=start, end_time=time.time(), error=str(e))
         return 127

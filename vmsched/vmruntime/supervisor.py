@@ -14,6 +14,8 @@ runs Python code); and a rank may simply ignore SIGTERM.
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import os
 import signal
 import subprocess
 import time
@@ -23,7 +25,7 @@ from types import FrameType
 
 import psutil
 
-from vmsched.vmruntime.shmclean import remove_leftovers, shm_segments
+from vmsched.vmruntime.shmclean import remove_owned, shm_segments
 
 HYDRA_EXIT_S = 2.0  # after its ranks are killed, hydra exits by itself within this
 # How often the job's /dev/shm mappings are noted: often at first (a job may be killed within a second of its
@@ -47,13 +49,14 @@ def exit_status(returncode: int) -> int:
 
 def supervise(start: Callable[[], subprocess.Popen], grace_s: float,
               forwarded: tuple[signal.Signals, ...] = TERMINATING,
-              ignored: tuple[signal.Signals, ...] = ()) -> Outcome:  # fmt: skip
+              ignored: tuple[signal.Signals, ...] = (), owner: tuple[int, int] | None = None) -> Outcome:  # fmt: skip
     """Start the job with `start()` (its OSError propagates) and supervise it until it has ended.
 
     `forwarded` signals go to the job's top process; the terminating ones among them start the grace
     time (a second one ends it at once); `ignored` signals are ignored meanwhile. The handlers are
     installed before the start (a signal that arrives meanwhile is forwarded once the job exists) and
-    restored at the end."""
+    restored at the end. `owner` (uid, gid) is the job's user when it is not ours: only segments it owns
+    are removed, and its processes' mappings are read by a watcher running as that user."""
     child: subprocess.Popen | None = None
     pending: list[int] = []
     signalled: list[float] = []  # when the first terminating signal arrived (0: kill now)
@@ -77,30 +80,126 @@ def supervise(start: Callable[[], subprocess.Popen], grace_s: float,
         for s in pending:
             with contextlib.suppress(ProcessLookupError):
                 child.send_signal(s)
-        return _wait(child, signalled, grace_s)
+        return _wait(child, signalled, grace_s, owner)
     finally:
         for s, h in old.items():
             signal.signal(s, h)
 
 
-def _wait(child: subprocess.Popen, signalled: list[float], grace_s: float) -> Outcome:
-    segments: set[str] = set()
+def _wait(child: subprocess.Popen, signalled: list[float], grace_s: float, owner: tuple[int, int] | None) -> Outcome:
+    uid = os.geteuid() if owner is None else owner[0]
+    notes = SegmentNotes(child.pid, owner if owner is not None and os.geteuid() == 0 and uid != 0 else None)
     began = time.monotonic()
     escalated = False
+    try:
+        while True:
+            now = time.monotonic()
+            timeout = _scan_interval(now - began)
+            if signalled and not escalated:
+                timeout = max(0.05, min(timeout, signalled[0] + grace_s - now))
+            try:
+                rc = child.wait(timeout=timeout)
+                break
+            except subprocess.TimeoutExpired:
+                notes.poll()
+                if signalled and not escalated and time.monotonic() >= signalled[0] + grace_s:
+                    escalated = True
+                    kill_tree(child)
+    finally:
+        segments = notes.close()
+    removed = [p for p in sorted(segments) if remove_owned(p, uid)]
+    return Outcome(exit_status(rc), escalated, removed, sorted(segments))
+
+
+def _scan_interval(elapsed: float) -> float:
+    return SCAN_FAST_S if elapsed < SCAN_FAST_FOR_S else SCAN_SLOW_S
+
+
+class SegmentNotes:
+    """The /dev/shm segments the job's processes map, noted while it runs.
+
+    Why a watcher process: reading another user's /proc/PID/maps needs CAP_SYS_PTRACE, which the
+    hardened launcher unit does not grant (systemd/vm-launcher.service), so a root supervisor of another
+    user's job forks a watcher that drops to that user and reports what it sees through a pipe. What it
+    reports is only ever used to remove files that user owns (see `_wait`)."""
+
+    def __init__(self, root_pid: int, as_user: tuple[int, int] | None) -> None:
+        self.root_pid = root_pid
+        self.found: set[str] = set()
+        self.watcher: int | None = None
+        self.pipe = -1
+        self.buf = b""
+        if as_user is not None:
+            try:
+                self._fork_watcher(*as_user)
+            except OSError:  # no process to spare: note what can be read from here, the job goes on
+                self.watcher = None
+
+    def _fork_watcher(self, uid: int, gid: int) -> None:
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the watcher: never returns
+            code = 0
+            try:
+                os.close(r)
+                for sig in (*TERMINATING, signal.SIGUSR1):  # not the supervisor's handlers: a signal ends it
+                    signal.signal(sig, signal.SIG_DFL)
+                os.setgroups([])
+                os.setgid(gid)
+                os.setuid(uid)
+                _killed_with_parent()  # after setuid, which clears it
+                _watch(self.root_pid, w)
+            except BaseException:  # noqa: BLE001 - a watcher that cannot watch just ends; the job goes on
+                code = 1
+            os._exit(code)
+        os.close(w)
+        os.set_blocking(r, False)
+        self.watcher, self.pipe = pid, r
+
+    def poll(self) -> None:
+        if self.watcher is None:
+            self.found |= shm_segments(self.root_pid)
+            return
+        with contextlib.suppress(BlockingIOError):
+            while chunk := os.read(self.pipe, 65536):
+                self.buf += chunk
+        *lines, self.buf = self.buf.split(b"\n")
+        self.found.update(line.decode(errors="replace") for line in lines if line)
+
+    def close(self) -> set[str]:
+        """Stop watching (the job has ended) and return every segment noted."""
+        if self.watcher is not None:
+            self.poll()
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.watcher, signal.SIGKILL)
+            os.waitpid(self.watcher, 0)
+            self.poll()
+            os.close(self.pipe)
+            self.watcher = None
+        return self.found
+
+
+def _watch(root_pid: int, out: int) -> None:
+    """In the watcher: report each segment the job's processes map, once, until the job's top process ends."""
+    seen: set[str] = set()
+    began = time.monotonic()
     while True:
-        now = time.monotonic()
-        timeout = SCAN_FAST_S if now - began < SCAN_FAST_FOR_S else SCAN_SLOW_S
-        if signalled and not escalated:
-            timeout = max(0.05, min(timeout, signalled[0] + grace_s - now))
         try:
-            rc = child.wait(timeout=timeout)
-            break
-        except subprocess.TimeoutExpired:
-            segments |= shm_segments(child.pid)
-            if signalled and not escalated and time.monotonic() >= signalled[0] + grace_s:
-                escalated = True
-                kill_tree(child)
-    return Outcome(exit_status(rc), escalated, remove_leftovers(segments), sorted(segments))
+            if psutil.Process(root_pid).status() == psutil.STATUS_ZOMBIE:
+                return
+        except psutil.Error:
+            return
+        new = shm_segments(root_pid) - seen
+        if new:
+            os.write(out, "".join(f"{p}\n" for p in sorted(new)).encode())
+            seen |= new
+        time.sleep(_scan_interval(time.monotonic() - began))
+
+
+def _killed_with_parent() -> None:
+    """The calling process gets SIGKILL when its parent dies (prctl PR_SET_PDEATHSIG)."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)
 
 
 def kill_tree(child: subprocess.Popen) -> None:
