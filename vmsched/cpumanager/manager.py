@@ -204,7 +204,7 @@ class CpuManager:
         leader = get_int(msg, "leader_pid", minimum=0, default=0)
         spin_us = get_int(msg, "spin_us", minimum=0, default=0)
         # A one-shot job (a Slurm step) ends once all its ranks have run and exited, without waiting for its
-        # leader; a launcher job's script may start several mpiexec in turn under one leader, so not by default.
+        # leader; not by default: the launcher counts a job's CPUs as held until its shim (the leader) ends.
         one_shot = msg.get("one_shot", False)
         if not isinstance(one_shot, bool):
             raise ProtocolError(f"argument 'one_shot' must be true or false, got {one_shot!r}")
