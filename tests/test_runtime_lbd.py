@@ -74,11 +74,14 @@ def remeasuring_manager(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ma
 
 
 def test_lbd_decides_again_when_the_imbalance_ends(manager: Manager) -> None:
-    seen, decisions = run_watched(manager, 601, send_cmd("50x6", 200, "0:30"))
-    assert [q for q, _ in decisions][:1] == ["global"] and decisions[-1][0] == "local", decisions
-    assert decisions[0][1] >= 0.10 and decisions[-1][1] < 0.10
-    # (a periodic re-measure on the global queue may be under way when the job ends)
-    assert [j for j in seen if j["lbd"] == "decided"][-1]["queue"] == "local"
+    # 30 imbalanced iterations, then 270 balanced ones: about 10 re-check windows; on a loaded node a
+    # balanced send.S reads 4-13 % per window on the global queue, so a move needs a few of them.
+    seen, decisions = run_watched(manager, 601, send_cmd("50x6", 300, "0:30"))
+    assert decisions[0][0] == "global" and decisions[0][1] >= 0.10, decisions
+    moved = [ip for q, ip in decisions[1:] if q == "local"]
+    assert moved and moved[0] < 0.10 - 0.03, decisions  # decided again, on a window below the band
+    # The status view showed it. (A local trial that measures local queues slower may send it back.)
+    assert "local" in {j["queue"] for j in seen if j["lbd"] == "decided"}
 
 
 def test_lbd_decides_again_when_an_imbalance_starts(remeasuring_manager: Manager) -> None:

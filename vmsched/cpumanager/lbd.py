@@ -36,12 +36,13 @@ CPU second on the global queue and 182-209 on local queues from one window to th
 
 Deciding again (ours): the pattern of a job may change. On the global queue CPU time is a fair measure
 of work (a rank without a token sleeps), so a decided-global job keeps measuring windows of
-`recheck_cpu_s` and moves to local queues when IP < threshold - `hysteresis` in `confirm` windows in a
-row. On local queues it is not: a rank whose queue-mate also waits hands the token back and forth and
-polls, so waiting shows as CPU time (the imbalanced send.50x6 reads IP 6-25 % there). A decided-local
-job therefore goes back to the global queue for one window every `remeasure_quanta` quanta, and
-leaves it again unless IP >= threshold + `hysteresis`. The hysteresis keeps a job near the cut-off from
-flapping; every move costs a token rebuild and a re-pin.
+`recheck_cpu_s` and moves to local queues when IP < threshold - `hysteresis` in `confirm` windows with
+none at or above the threshold between them (windows in the band count neither way). On local queues it
+is not: a rank whose queue-mate also waits hands the token back and forth and polls, so waiting shows as
+CPU time (the imbalanced send.50x6 reads IP 6-25 % there). A decided-local job therefore goes back to
+the global queue for one window every `remeasure_quanta` quanta, and leaves it again unless IP >=
+threshold + `hysteresis`. The hysteresis keeps a job near the cut-off from flapping; every move costs a
+token rebuild and a re-pin.
 """
 
 from __future__ import annotations
@@ -221,7 +222,13 @@ def lbd_step(
     if mean < params.recheck_cpu_s:
         return replace(state, quanta_stable=quanta, since_decision=since)
     ip = idleness(used)
-    against = state.against + 1 if ip < params.threshold - params.hysteresis else 0
+    # Windows inside the band (threshold - hysteresis <= IP < threshold) neither count nor reset: a
+    # balanced send.S on the global queue reads 4-10 % per window, and resetting on every in-band
+    # window kept a job that had become balanced off local queues for 4 windows in a row (1 run in 3).
+    if ip < params.threshold - params.hysteresis:
+        against = state.against + 1
+    else:
+        against = state.against if ip < params.threshold else 0
     if against >= params.confirm:
         return _decide(state, ip, True, times, calls, sum(used), quanta)
     return replace(state, ip=ip, base_user=times, base_calls=calls, quanta_stable=0, against=against,

@@ -501,6 +501,8 @@ class CpuManager:
                   calls_per_cpu_s_local=round(new.rate_local, 1))  # fmt: skip
         elif new.phase == L.LBD_STABLE and state.phase == L.LBD_DECIDED:
             event(log, "lbd_remeasure", job=j.job_id, quanta=state.since_decision + 1)
+        elif new.phase == L.LBD_DECIDED and new.ip != state.ip:  # a re-check window of a global job closed
+            event(log, "lbd_recheck", job=j.job_id, ip=round(new.ip or 0, 4), against=new.against)
 
     # -- helpers ---------------------------------------------------------------------------------
     def _shapes(self) -> list[JobShape]:
