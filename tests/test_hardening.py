@@ -24,7 +24,8 @@ from tests.test_systemd import UNITS, exec_start, run_cli, unit, unit_config
 from vmsched.config import load_config
 from vmsched.cpumanager.client import CpuManagerClient
 from vmsched.protocol import Client
-from vmsched.vmruntime.testing import compile_c_program
+from vmsched.vmruntime.shmclean import reported_segment
+from vmsched.vmruntime.testing import compile_c_program, mpiexec
 
 RING = Path(__file__).parent / "c" / "ring.c"
 CAP_NUMBERS = {"CAP_CHOWN": 0, "CAP_DAC_OVERRIDE": 1, "CAP_DAC_READ_SEARCH": 2, "CAP_FOWNER": 3, "CAP_KILL": 5,
@@ -158,3 +159,66 @@ def test_another_users_folded_job_under_the_units_capabilities(world_dir):
             if p.poll() is None:
                 p.terminate()
                 p.wait(timeout=15)
+
+
+def test_a_killed_step_of_another_user_leaves_no_mpich_segment_under_the_cpu_manager_unit(world_dir):
+    """A Slurm step (admitted one-shot by `vmslurm-step`, docs/slurm.md) of another user killed by
+    `scancel`: no `vmrun` or shim is left to remove its MPICH segment, and the hardened CPU manager
+    (no CAP_SYS_PTRACE) cannot read the ranks' maps. Their runtime reports the segment in their slots;
+    the manager removes it at release, because the job's user owns it."""
+    nobody = pwd.getpwnam("nobody")
+    config = unit_config(world_dir)
+    cfg = load_config(config)
+    STARTED_INSTANCES.add(cfg.instance)
+    exe = compile_c_program(RING, world_dir)
+    env = {**os.environ, "VMSCHED_CONFIG": str(config)}
+    manager = subprocess.Popen(sandboxed("vm-cpumanager.service", config), env=env, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)  # fmt: skip
+    ranks: subprocess.Popen | None = None
+    try:
+        wait_for(lambda: run_cli(env, world_dir, "vmcpu", "--json").returncode == 0, timeout=30, what="manager up")
+        assert not effective_caps(manager.pid) & (1 << 19), "CAP_SYS_PTRACE is not granted"
+        # slurmstepd runs the helper as root, with itself as the leader: here the test process.
+        admit = run_cli(env, world_dir, "vmslurm-step", "admit", "--config", str(config), "--job", "77", "--step",
+                        "0", "--uid", str(nobody.pw_uid), "--nranks", "4", "--leader", str(os.getpid()))  # fmt: skip
+        assert admit.returncode == 0, admit.stdout + admit.stderr
+        step_env = {"PATH": "/usr/bin:/bin", **dict(line.split("=", 1) for line in admit.stdout.splitlines())}
+        mpich_before = mpich_segments()
+        ranks = subprocess.Popen([mpiexec(), "-n", "4", str(exe), "100000000"], env=step_env, cwd=world_dir,
+                                 user=nobody.pw_uid, group=nobody.pw_gid, extra_groups=[], start_new_session=True,
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+        client = CpuManagerClient(cfg, timeout_s=5.0)
+
+        def registered() -> dict | None:
+            return next((j for j in client.status()["jobs"] if j["registered"] == 4), None)
+
+        j = wait_for(registered, timeout=60, what="nobody's 4 ranks registered")
+        pids = [r["pid"] for r in j["ranks"]]
+        new = mpich_segments() - mpich_before
+        assert len(new) == 1, new
+        os.killpg(ranks.pid, signal.SIGKILL)  # scancel: Slurm kills the step's tasks
+        ranks.wait(timeout=15)
+        wait_for(lambda: not any(psutil.pid_exists(p) for p in pids), timeout=30, what="the ranks to be gone")
+        wait_for(lambda: not client.status()["jobs"], timeout=10, what="the step released")
+        client.close()
+        assert mpich_segments() & new == set(), "the killed step's MPICH segment is left"
+        manager.send_signal(signal.SIGTERM)
+        assert manager.wait(timeout=15) == 0
+        assert not any(cfg.instance in n for n in vmsched_shm_entries())
+    finally:
+        if ranks is not None and ranks.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(ranks.pid, signal.SIGKILL)
+            ranks.wait(timeout=15)
+        if manager.poll() is None:
+            manager.terminate()
+            manager.wait(timeout=15)
+
+
+@pytest.mark.parametrize(("slot", "path"), [
+    (b"ee95da22_0\0\0\0", "/dev/shm/mpich_shm_ee95da22_0"), (b"a-B_9", "/dev/shm/mpich_shm_a-B_9"),
+    (b"", None), (b"\0ee95da22_0", None), (b"../../etc/passwd", None), (b"x/y", None), (b"..", None),
+    (b"x y", None), (b"\xff\xfe", None), (b"ok\nx", None),
+])  # fmt: skip
+def test_a_reported_mpich_segment_is_only_a_plain_name_under_the_prefix(slot: bytes, path: str | None) -> None:
+    assert reported_segment(slot) == path

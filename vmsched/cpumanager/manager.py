@@ -33,7 +33,7 @@ from vmsched.faults import Faults, InjectedFault
 from vmsched.logs import event
 from vmsched.proctrack import ExitWatcher, pidfd_alive
 from vmsched.protocol import Peer, ProtocolError, get_int, get_str
-from vmsched.vmruntime.shmclean import MPICH_PREFIX, mapped_segments, remove_owned
+from vmsched.vmruntime.shmclean import MPICH_PREFIX, mapped_segments, remove_owned, reported_segment
 
 log = logging.getLogger("vm-cpumanager")
 
@@ -570,7 +570,15 @@ class CpuManager:
                 )
             return
         self.ranks[key] = _Rank(pid, j.job_id, rank, self.exits.pidfd(_wkey(key)) or -1)
-        self.mpi_segs.setdefault(j.job_id, set()).update(mapped_segments(pid, MPICH_PREFIX))
+        # Its MPICH segment, to remove if the job is killed: from its maps where this manager may read
+        # them (root, or CAP_SYS_PTRACE), else as its runtime reported it (removed only if the job's user
+        # owns it, see _release).
+        segs = self.mpi_segs.setdefault(j.job_id, set())
+        segs.update(mapped_segments(pid, MPICH_PREFIX))
+        snap = self.snaps.get(j.job_id)
+        reported = reported_segment(bytes(snap["mpich_shm"][rank])) if snap is not None and rank < len(snap) else None
+        if reported:
+            segs.add(reported)
         self.tracked[j.job_id][rank] = pid
         self.verified[j.job_id] += 1
         with self.table.locked():

@@ -21,12 +21,14 @@ import ctypes as C
 
 MAGIC = 0x564D53434845444D  # "VMSCHEDM"
 JOB_MAGIC = 0x564D534A4F425254  # "VMSJOBRT"
-VERSION = 2
+VERSION = 3
 
 MAX_CPUS = 256  # CPUs in the CPU table (and in one partition)
 MAX_JOBS = 256
 MAX_RANKS = 1024  # ranks of one job (slots of a job segment)
 NAME_LEN = 64  # bytes of a job segment's name, NUL included
+SHM_SUFFIX_LEN = 32  # bytes of a rank's MPICH segment name after MPICH_SHM_PREFIX, NUL included
+MPICH_SHM_PREFIX = "/dev/shm/mpich_shm_"  # MPICH's intranode segments (removed only in MPI_Finalize)
 
 # Protocol constants shared with the runtime (generated into the C header).
 WAKE_WAIT, WAKE_RUN = 0, 1  # rank.wake (a futex word): may sleep / holds a token (or must stop waiting)
@@ -128,6 +130,10 @@ class RankEntry(C.Structure):
         ("world_rank", C.c_int64),  # its rank in MPI_COMM_WORLD (slot = rank's place among its node's ranks)
         ("mpi_calls", C.c_uint64),  # wrapped MPI calls (proves interposition)
         ("blocking_calls", C.c_uint64),  # wrapped calls that had to wait
+        # The MPICH segment it maps, after MPICH_SHM_PREFIX, written at registration: the manager removes
+        # it once a killed job is released, and cannot read another user's /proc/PID/maps without
+        # CAP_SYS_PTRACE, which its unit does not grant. Untrusted: removed only if the job's user owns it.
+        ("mpich_shm", C.c_char * SHM_SUFFIX_LEN),
     ]
 
 
@@ -217,6 +223,8 @@ def c_header() -> str:
         f"#define VM_MAX_RANKS {MAX_RANKS}",
         f"#define VM_JOB_MAGIC 0x{JOB_MAGIC:016X}ULL",
         f"#define VM_NAME_LEN {NAME_LEN}",
+        f"#define VM_SHM_SUFFIX_LEN {SHM_SUFFIX_LEN}",
+        f'#define VM_MPICH_SHM_PREFIX "{MPICH_SHM_PREFIX}"',
         f"#define VM_WAKE_WAIT {WAKE_WAIT}",
         f"#define VM_WAKE_RUN {WAKE_RUN}",
         f"#define VM_LOCK_TIMEOUT_S {LOCK_TIMEOUT_S}",

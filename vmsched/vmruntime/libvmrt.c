@@ -27,6 +27,7 @@
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <link.h>
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/futex.h>
@@ -879,6 +880,29 @@ static vm_jobseg *attach_job(const vm_job *j) {
     return rt;
 }
 
+/* MPICH maps its node segment during MPI_Init and removes it only in MPI_Finalize. The rank reports its
+ * name in its slot so that the CPU manager can remove it when the job is killed: the manager cannot read
+ * another user's /proc/PID/maps without CAP_SYS_PTRACE, which its unit does not grant. */
+static void note_mpich_segment(char *out, size_t len) {
+    FILE *f = fopen("/proc/self/maps", "re");
+    if (!f) return;
+    const size_t plen = strlen(VM_MPICH_SHM_PREFIX);
+    char line[4096];
+    while (fgets(line, sizeof line, f)) {
+        const char *p = strstr(line, VM_MPICH_SHM_PREFIX);
+        if (!p) continue;
+        p += plen;
+        size_t n = 0;
+        while (n + 1 < len && (isalnum((unsigned char)p[n]) || p[n] == '_' || p[n] == '-')) n++;
+        if (n) {
+            memcpy(out, p, n);
+            out[n] = 0;
+            break;
+        }
+    }
+    fclose(f);
+}
+
 void vm_init(void) {
     static int once;
     if (once) return;
@@ -958,6 +982,7 @@ void vm_init(void) {
     vm_rank *me = &vm.rt->ranks[vm.rank], init;
     memset(&init, 0, sizeof init);
     init.pid = vm.pid;
+    note_mpich_segment(init.mpich_shm, sizeof init.mpich_shm);
     *me = init;
     me->job_id = vm.job_id, me->rank = vm.rank, me->world_rank = world_rank;
     me->job_slot = job_slot, me->cpu = sched_getcpu(), me->waiting_for = -1, me->wake = VM_WAKE_WAIT;

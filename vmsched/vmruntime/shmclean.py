@@ -9,7 +9,7 @@ import stat
 
 import psutil
 
-MPICH_PREFIX = "/dev/shm/mpich_shm_"
+from vmsched.cpumanager.shm_layout import MPICH_SHM_PREFIX as MPICH_PREFIX
 
 
 def mapped_segments(pid: int, prefix: str = "/dev/shm/") -> set[str]:
@@ -59,3 +59,12 @@ def remove_leftovers(segments: set[str]) -> list[str]:
         except OSError:
             pass
     return removed
+
+
+def reported_segment(suffix: bytes) -> str | None:
+    """The MPICH segment a rank reported in its slot (`RankEntry.mpich_shm`), as a path; None if the
+    slot holds none or anything but a plain name (it is written by the job's user: no '/', no '..')."""
+    name = suffix.split(b"\0", 1)[0]
+    if not name or not all(c.isalnum() or c in "_-" for c in name.decode("ascii", "replace")):
+        return None
+    return MPICH_PREFIX + name.decode("ascii")
