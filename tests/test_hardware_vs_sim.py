@@ -10,6 +10,7 @@ from types import ModuleType
 import pytest
 
 from tests.conftest import REPO
+from vmsched.workloads.params import job_requests, read_params
 
 
 def _load() -> ModuleType:
@@ -71,3 +72,30 @@ def test_runtime_check_matches_jobs_by_submission_order(tmp_path: Path) -> None:
         {"app": "cg.W", "ranks": 1, "jobs": 1, "replay_median_s": 8.0, "alone_s": 8.0, "error": 0.0},
         {"app": "ep.W", "ranks": 2, "jobs": 2, "replay_median_s": 12.0, "alone_s": 10.0, "error": -0.1667},
     ]
+
+
+def test_measure_dedicated_runs_every_cell_at_its_size(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The dedicated step asks vmreplay for each application at each size, reps times, and its output
+    layout is what read_dedicated reads (vmreplay itself replaced by a stub that reads the trace)."""
+    work = tmp_path / "workload"
+    work.mkdir()
+    (work / "template.txt").write_text("".join(f"mpiexec -n N python -m vmsched.apps.{k.split('.')[0]} --class W\n"
+                                               for k in hw.KEYS))  # fmt: skip
+    # as vmworkload generates them: ep and sweep any count up to 4, the others 4, 2 or 1
+    (work / "allowed_procs.txt").write_text("4 -1 -1 -1 -1 -1 -1\n" + "4 2 1 1 1 1 1\n" * 3 + "4 -1 -1 -1 -1 -1 -1\n")
+    (work / "job_types.txt").write_text("2\n" * len(hw.KEYS))
+    calls: list[tuple[str, int]] = []
+
+    def fake_busy_sh(meter: object, foreign: dict[str, float], step: str, *argv: object) -> None:
+        ded, out = Path(str(argv[1])), Path(str(argv[-1]))
+        (req,) = job_requests(read_params(*(ded / n for n in ("template.txt", "allowed_procs.txt", "job_types.txt",
+                                                              "trace.swf"))))  # fmt: skip
+        calls.append((hw.KEYS[req.app_number], req.requested_procs))
+        _result(out / "fcfs_fifo" / "result.swf", [(0, 0.03, 10.0 + len(calls), req.requested_procs)])
+
+    monkeypatch.setattr(hw, "busy_sh", fake_busy_sh)
+    dedicated = hw.measure_dedicated(tmp_path, work, 2, None, {})
+    cells = [(k, n) for k in hw.KEYS for n in hw.SIZES]
+    assert calls == cells * 2  # interleaved rounds
+    samples = hw.read_dedicated(dedicated)
+    assert sorted(samples) == sorted(cells) and all(len(v) == 2 for v in samples.values())
