@@ -4,15 +4,23 @@ simulated (vmsim) under the same policies; per-job response times compared (vmsi
 Steps (each a command, printed as it runs):
 1. generate the workload (vmworkload generate; 5 class-W apps, 2 CPUs, load 0.85, 300 s of arrivals);
 2. each application's run time alone, the simulator's input (like the run time field of an SWF log),
-   at every size a policy may give it: 1 and 2 ranks under plain mpiexec, 4 ranks (folded at MPL 2 on
-   the 2 CPUs) through a private launcher (one vmreplay of a 1-job trace per application, so that no
-   run overlaps the next however slow the node is);
+   at every size a policy may give it (1, 2 and 4 ranks; 4 is folded at MPL 2 on the 2 CPUs), measured
+   the way the replay runs jobs: through a private launcher (one vmreplay of a 1-job trace per run, so
+   that no run overlaps the next however slow the node is), --reps times each, rounds interleaved over
+   the applications and sizes, the median taken;
 3. the real replay of the workload under each policy (vmreplay --private);
 4. vmsim of the same workload and policies with those run times, --compare-with the replay.
 
-    python experiments/hardware_vs_sim.py --out results-hw [--replay DIR] [--dedicated DIR]
+    python experiments/hardware_vs_sim.py --out results-hw [--reps 3] [--replay DIR] [--dedicated DIR]
 
---replay/--dedicated reuse runs already made (steps 2-3 take about 15 minutes). Last line: JSON.
+--replay/--dedicated reuse runs already made (step 2 takes about 4 minutes per repetition, step 3
+about 11). Last line: JSON. It also prints, per policy, each application's median run time at each
+size in the replay against the base time the simulator was given ("run-time check"): where they
+differ, the simulated responses cannot agree, whatever the policy code does.
+
+Why not plain mpiexec for the base times, and why repetitions (docs/vmsim.md, "Hardware against
+simulation"): on the quiet node of 2026-11-23, 2-rank jobs took 3-24 % longer under the launcher than
+under plain mpiexec, and single runs were up to 19 % off the median of the same job's runs.
 
 The real runs are only worth comparing on a quiet node: the share of the node's CPU time that other
 processes took during steps 2 and 3 is measured (vmsim-calibrate's LoadMeter) and printed; above 10 %
@@ -26,9 +34,12 @@ import argparse
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import time
+from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -39,11 +50,14 @@ from vmsched.sim.compare import agreement  # noqa: E402
 from vmsched.sim.runtime_model import load_model, slowdown  # noqa: E402
 from vmsched.workloads.catalog import APPS  # noqa: E402
 from vmsched.workloads.metrics import records_from_swf  # noqa: E402
+from vmsched.workloads.params import job_requests, read_params  # noqa: E402
 from vmsched.workloads.swf import read_swf  # noqa: E402
 
 BIN = Path(sys.executable).parent
 KEYS = ["ep.W", "mg.W", "ft.W", "cg.W", "sweep.W"]
 POLICIES = ["fcfs+easy:abort", "fjt[fjt_long_mpl=1]+easy:malleable"]
+CPUS = 2
+SIZES = (1, 2, 4)  # every rank count the allowed counts of KEYS let a policy choose on CPUS CPUs
 NOMINAL_T1 = ["--t1", "ep.W=19.6", "--t1", "mg.W=20.2", "--t1", "ft.W=15.3", "--t1", "cg.W=8.3", "--t1", "sweep.W=12.5"]
 
 
@@ -60,14 +74,75 @@ def busy_sh(meter: LoadMeter, foreign: dict[str, float], step: str, *argv: str |
     print(f"  other processes took {foreign[step]} % of the node's CPU time during the {step} runs", flush=True)
 
 
-def wall(key: str, n: int) -> float:
-    """Wall time of the application with n ranks on n CPUs under plain mpiexec (start-up included)."""
-    name, cls = key.split(".")
-    argv = [BIN / "mpiexec", "-n", str(n), sys.executable, "-m", f"vmsched.apps.{name}", "--class", cls]
-    print("$", " ".join(map(str, argv)), flush=True)
-    t0 = time.perf_counter()
-    subprocess.run([str(a) for a in argv], check=True, stdout=subprocess.DEVNULL)
-    return time.perf_counter() - t0
+Samples = dict[tuple[str, int], list[float]]  # (application key, ranks) -> run times alone (s)
+
+
+def measure_dedicated(out: Path, work: Path, reps: int, meter: LoadMeter, foreign: dict[str, float]) -> Path:
+    """Each application alone at each size, through a private launcher as in the replay, `reps` times."""
+    dedicated = out / "dedicated"
+    for rep in range(reps):  # rounds interleaved: a slow spell of the node spreads over all cells
+        for i, key in enumerate(KEYS):
+            for n in SIZES:
+                # One replay per run: a trace of several, however far apart, overlaps them when the
+                # node is slow, and each is then measured sharing the CPUs with the one before.
+                ded = out / "dedicated-workload" / f"{key}@{n}"
+                ded.mkdir(parents=True, exist_ok=True)
+                for name in ("template.txt", "allowed_procs.txt", "job_types.txt"):
+                    shutil.copy(work / name, ded / name)
+                job = f"1 0 -1 -1 -1 -1 -1 {n} -1 -1 -1 -1 -1 {i} 2 -1 -1 -1"  # field 8: n ranks requested
+                (ded / "trace.swf").write_text(f"; Version: 2.2\n; MaxProcs: {CPUS}\n{job}\n")
+                busy_sh(meter, foreign, f"dedicated {key}@{n} #{rep}", BIN / "vmreplay", ded, "--private", "--policy",
+                        "fcfs", "--out", dedicated / f"{key}@{n}" / f"r{rep}")  # fmt: skip
+    return dedicated
+
+
+def read_dedicated(dedicated: Path) -> Samples:
+    """Run times of the dedicated runs under `dedicated` (KEY@N/rK/fcfs_fifo/result.swf; the older
+    layout KEY/fcfs_fifo/result.swf holds one run at 4 ranks), by application and rank count."""
+    samples: Samples = defaultdict(list)
+    for result in sorted(dedicated.glob("**/fcfs_fifo/result.swf")):
+        key = result.relative_to(dedicated).parts[0].split("@")[0]
+        for rec in records_from_swf(read_swf(result)):
+            samples[(key, rec.procs_used)].append(rec.execution)
+    return dict(samples)
+
+
+def base_times(samples: Samples, fold: Callable[[str, float], float], given: dict[str, float]) -> dict[str, float]:
+    """vmsim's --t1 values: per application and size the median run time alone (or the value `given`
+    for KEY@N); above CPUS ranks the unfolded time that vmsim folds back by the runtime model,
+    T(N) = median / (MPL * s(MPL)) with s = fold(key, MPL), so that the simulated job alone takes
+    exactly the median measured."""
+    missing = [f"{k}@{n}" for k in KEYS for n in SIZES if not samples.get((k, n)) and f"{k}@{n}" not in given]
+    if missing:
+        raise SystemExit(f"no dedicated run at {', '.join(missing)}: measure them (leave out --dedicated) or "
+                         "give them with --base")  # fmt: skip
+    t1 = {}
+    for key in KEYS:
+        for n in SIZES:
+            cell = f"{key}@{n}"
+            if cell in given:
+                t1[cell] = given[cell]
+                continue
+            med, mpl = statistics.median(samples[(key, n)]), n / CPUS
+            t1[cell] = round(med if mpl <= 1 else med / (mpl * fold(key, mpl)), 3)
+    return t1
+
+
+def runtime_check(work: Path, result: Path, alone: dict[tuple[str, int], float]) -> list[dict[str, object]]:
+    """Per application and size: the median run time in the replay against the time alone that vmsim
+    was given. Jobs are matched to the trace by submission order, as vmsim --compare-with matches them."""
+    files = [work / n for n in ("template.txt", "allowed_procs.txt", "job_types.txt", "trace.swf")]
+    apps = [KEYS[r.app_number] for r in job_requests(read_params(*files))]
+    runs: Samples = defaultdict(list)
+    for app, rec in zip(apps, sorted(records_from_swf(read_swf(result)), key=lambda r: (r.submit, r.id)),
+                        strict=True):  # fmt: skip
+        runs[(app, rec.procs_used)].append(rec.execution)
+    rows = []
+    for (key, n), times in sorted(runs.items()):
+        med = statistics.median(times)
+        rows.append({"app": key, "ranks": n, "jobs": len(times), "replay_median_s": round(med, 2),
+                     "alone_s": round(alone[(key, n)], 2), "error": round(alone[(key, n)] / med - 1, 4)})  # fmt: skip
+    return rows
 
 
 def main() -> int:
@@ -75,6 +150,9 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=Path("results-hw"))
     ap.add_argument("--replay", type=Path, help="reuse this vmreplay output of the workload")
     ap.add_argument("--dedicated", type=Path, help="reuse this vmreplay output of the dedicated runs")
+    ap.add_argument("--reps", type=int, default=3, help="dedicated runs per application and size (median)")
+    ap.add_argument("--base", action="append", default=[], metavar="KEY@N=SECONDS",
+                    help="a base time given instead of measured (e.g. from an earlier run's vmsim.json)")  # fmt: skip
     args = ap.parse_args()
     out = args.out.resolve()
     meter, foreign = LoadMeter(sorted(os.sched_getaffinity(0))), {}
@@ -83,31 +161,18 @@ def main() -> int:
     if not work.exists():
         sh(BIN / "vmworkload", "generate", "--mix", ",".join(KEYS), "--cpus", "2", "--util", "0.85", "--duration",
            "300", "--seed", "3", *NOMINAL_T1, "--params-dir", work)  # fmt: skip
-    dedicated = args.dedicated
-    if dedicated is None:
-        dedicated = out / "dedicated"
-        for i, key in enumerate(KEYS):
-            # One replay per application: a trace of several, however far apart, overlaps them when
-            # the node is slow, and each is then measured sharing the CPUs with the one before.
-            ded = out / "dedicated-workload" / key
-            ded.mkdir(parents=True, exist_ok=True)
-            for name in ("template.txt", "allowed_procs.txt", "job_types.txt"):
-                shutil.copy(work / name, ded / name)
-            (ded / "trace.swf").write_text(f"; Version: 2.2\n; MaxProcs: 2\n1 0 -1 -1 -1 -1 -1 4 -1 -1 -1 -1 -1 {i} 2 "
-                                           "-1 -1 -1\n")  # fmt: skip
-            busy_sh(meter, foreign, f"dedicated {key}", BIN / "vmreplay", ded, "--private", "--policy", "fcfs",
-                    "--out", dedicated / key)  # fmt: skip
-    # 4 ranks alone on the 2 CPUs (MPL 2) -> the time at 4 ranks on 4 CPUs that vmsim folds by the
-    # runtime model: T(4) * 2 (ranks per CPU) * s(class, MPL 2) = the time measured.
+    dedicated = args.dedicated or measure_dedicated(out, work, args.reps, meter, foreign)
+    samples = read_dedicated(dedicated)
     model = load_model()
-    alone = [records_from_swf(read_swf(dedicated / key / "fcfs_fifo" / "result.swf"))[0] for key in KEYS]
-    t1 = []
-    for key, rec in zip(KEYS, alone, strict=True):
-        comm = APPS[key].communication
-        s = min(slowdown(model, comm, q, 2.0) for q in ("local", "global"))
-        t1 += ["--t1", f"{key}@4={rec.execution / (2 * s):.3f}"]
-        for n in (1, 2):
-            t1 += ["--t1", f"{key}@{n}={wall(key, n):.3f}"]
+    given = {k: float(v) for k, v in (a.split("=", 1) for a in args.base)}
+
+    def fold(key: str, mpl: float) -> float:  # as vmsim --queue lbd folds: the better queue
+        return min(slowdown(model, APPS[key].communication, q, mpl) for q in ("local", "global"))
+
+    base = base_times(samples, fold, given)
+    t1 = [a for k, v in base.items() for a in ("--t1", f"{k}={v:.3f}")]
+    # What a job alone takes in the simulation: the base time, folded above CPUS ranks.
+    alone = {(k, n): base[f"{k}@{n}"] * (n / CPUS * fold(k, n / CPUS) if n > CPUS else 1) for k in KEYS for n in SIZES}
     replay = args.replay
     if replay is None:
         replay = out / "replay"
@@ -116,7 +181,8 @@ def main() -> int:
     sim = out / "sim"
     sh(BIN / "vmsim", work, *t1, *[a for p in POLICIES for a in ("--policy", p)], "--compare-with", replay,
        "--out", sim)  # fmt: skip
-    result: dict[str, object] = {"t1": dict(a.split("=") for a in t1[1::2]), "foreign_cpu_pct": foreign}
+    result: dict[str, object] = {"t1": base, "dedicated_runs": {f"{k}@{n}": v for (k, n), v in sorted(samples.items())},
+                                 "foreign_cpu_pct": foreign}  # fmt: skip
     if any(pct > FOREIGN_MAX_PCT for pct in foreign.values()):
         print(f"WARNING: other processes took more than {FOREIGN_MAX_PCT} % of the node during the real runs "
               f"({foreign}): the measured times say how busy the node was, not how good the simulation is")  # fmt: skip
@@ -124,9 +190,14 @@ def main() -> int:
         measured = records_from_swf(read_swf(replay / slug(name) / "result.swf"))
         simulated = records_from_swf(read_swf(sim / slug(name) / "result.swf"))
         ag = agreement(measured, simulated)
+        check = runtime_check(work, replay / slug(name) / "result.swf", alone)
         result[name] = {"jobs": ag.jobs, "mean_measured_s": round(ag.mean_measured, 2),
                         "mean_simulated_s": round(ag.mean_simulated, 2), "mean_error": round(ag.mean_error, 4),
-                        "spearman": round(ag.spearman, 3)}  # fmt: skip
+                        "spearman": round(ag.spearman, 3), "runtime_check": check}  # fmt: skip
+        print(f"{name}: run-time check (median run time in the replay; alone, as simulated):")
+        for row in check:
+            print(f"  {row['app']}@{row['ranks']}: {row['jobs']} jobs, replay {row['replay_median_s']} s, alone "
+                  f"{row['alone_s']} s, error {row['error']:+.1%}")  # fmt: skip
         print(f"{name}: {ag.jobs} jobs, mean response measured {ag.mean_measured:.1f} s, simulated "
               f"{ag.mean_simulated:.1f} s ({100 * ag.mean_error:+.1f} %), Spearman {ag.spearman:.3f}")  # fmt: skip
     print(json.dumps(result))

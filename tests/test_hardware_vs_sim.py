@@ -1,0 +1,101 @@
+"""experiments/hardware_vs_sim.py without hardware: how dedicated runs become vmsim's base times, and the
+run-time check against a replay (hand-made result logs, no job is run)."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from tests.conftest import REPO
+from vmsched.workloads.params import job_requests, read_params
+
+
+def _load() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("hardware_vs_sim", REPO / "experiments" / "hardware_vs_sim.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+hw = _load()
+
+
+def _result(path: Path, rows: list[tuple[float, float, float, int]]) -> None:
+    """A vmreplay-style result.swf: (submit, wait, run, processors) per job."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lines = ["; Version: 2.2", "; MaxProcs: 2"]
+    for i, (submit, wait, run, procs) in enumerate(rows, start=1):
+        lines.append(f"{i} {submit} {wait} {run} {procs} -1 -1 {procs} 120 -1 1 -1 -1 -1 2 -1 -1 -1")
+    path.write_text("\n".join(lines) + "\n")
+
+
+def test_dedicated_runs_both_layouts(tmp_path: Path) -> None:
+    _result(tmp_path / "ep.W@2" / "r0" / "fcfs_fifo" / "result.swf", [(0, 0.03, 10.0, 2)])
+    _result(tmp_path / "ep.W@2" / "r1" / "fcfs_fifo" / "result.swf", [(0, 0.03, 12.0, 2)])
+    _result(tmp_path / "cg.W" / "fcfs_fifo" / "result.swf", [(0, 0.03, 6.0, 4)])  # the older layout: 4 ranks
+    assert hw.read_dedicated(tmp_path) == {("ep.W", 2): [10.0, 12.0], ("cg.W", 4): [6.0]}
+
+
+def test_base_times_median_and_folding() -> None:
+    samples = {(k, n): [9.0, 10.0, 30.0] for k in hw.KEYS for n in hw.SIZES}  # a disturbed run: median, not mean
+    t1 = hw.base_times(samples, lambda key, mpl: 1.25, {"cg.W@1": 7.5})
+    assert t1["ep.W@1"] == 10.0 and t1["ep.W@2"] == 10.0
+    assert t1["ep.W@4"] == 4.0  # 10 s alone at MPL 2 = T(4) * 2 * s(2): T(4) = 10 / 2.5
+    assert t1["cg.W@1"] == 7.5  # given, not measured
+
+
+def test_base_times_missing_cell_names_it() -> None:
+    samples = {(k, n): [1.0] for k in hw.KEYS for n in hw.SIZES if (k, n) != ("mg.W", 1)}
+    with pytest.raises(SystemExit, match="mg.W@1"):
+        hw.base_times(samples, lambda key, mpl: 1.0, {})
+
+
+def test_runtime_check_matches_jobs_by_submission_order(tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "template.txt").write_text("".join(f"mpiexec -n N python -m vmsched.apps.{k.split('.')[0]} --class W\n"
+                                               for k in hw.KEYS))  # fmt: skip
+    (work / "allowed_procs.txt").write_text("4 -1 -1 -1 -1 -1 -1\n" * len(hw.KEYS))
+    (work / "job_types.txt").write_text("2\n" * len(hw.KEYS))
+    # two ep jobs (application 0) and one cg job (application 3)
+    (work / "trace.swf").write_text("; Version: 2.2\n; MaxProcs: 2\n1 0 -1 -1 -1 -1 -1 2 -1 -1 -1 -1 -1 0 2 -1 -1 -1\n"
+                                    "2 5 -1 -1 -1 -1 -1 1 -1 -1 -1 -1 -1 3 2 -1 -1 -1\n"
+                                    "3 9 -1 -1 -1 -1 -1 2 -1 -1 -1 -1 -1 0 2 -1 -1 -1\n")  # fmt: skip
+    result = tmp_path / "replay.swf"
+    _result(result, [(100.0, 0.0, 11.0, 2), (105.0, 0.1, 8.0, 1), (109.0, 2.0, 13.0, 2)])
+    rows = hw.runtime_check(work, result, {("ep.W", 2): 10.0, ("cg.W", 1): 8.0})
+    assert rows == [
+        {"app": "cg.W", "ranks": 1, "jobs": 1, "replay_median_s": 8.0, "alone_s": 8.0, "error": 0.0},
+        {"app": "ep.W", "ranks": 2, "jobs": 2, "replay_median_s": 12.0, "alone_s": 10.0, "error": -0.1667},
+    ]
+
+
+def test_measure_dedicated_runs_every_cell_at_its_size(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The dedicated step asks vmreplay for each application at each size, reps times, and its output
+    layout is what read_dedicated reads (vmreplay itself replaced by a stub that reads the trace)."""
+    work = tmp_path / "workload"
+    work.mkdir()
+    (work / "template.txt").write_text("".join(f"mpiexec -n N python -m vmsched.apps.{k.split('.')[0]} --class W\n"
+                                               for k in hw.KEYS))  # fmt: skip
+    # as vmworkload generates them: ep and sweep any count up to 4, the others 4, 2 or 1
+    (work / "allowed_procs.txt").write_text("4 -1 -1 -1 -1 -1 -1\n" + "4 2 1 1 1 1 1\n" * 3 + "4 -1 -1 -1 -1 -1 -1\n")
+    (work / "job_types.txt").write_text("2\n" * len(hw.KEYS))
+    calls: list[tuple[str, int]] = []
+
+    def fake_busy_sh(meter: object, foreign: dict[str, float], step: str, *argv: object) -> None:
+        ded, out = Path(str(argv[1])), Path(str(argv[-1]))
+        (req,) = job_requests(read_params(*(ded / n for n in ("template.txt", "allowed_procs.txt", "job_types.txt",
+                                                              "trace.swf"))))  # fmt: skip
+        calls.append((hw.KEYS[req.app_number], req.requested_procs))
+        _result(out / "fcfs_fifo" / "result.swf", [(0, 0.03, 10.0 + len(calls), req.requested_procs)])
+
+    monkeypatch.setattr(hw, "busy_sh", fake_busy_sh)
+    dedicated = hw.measure_dedicated(tmp_path, work, 2, None, {})
+    cells = [(k, n) for k in hw.KEYS for n in hw.SIZES]
+    assert calls == cells * 2  # interleaved rounds
+    samples = hw.read_dedicated(dedicated)
+    assert sorted(samples) == sorted(cells) and all(len(v) == 2 for v in samples.values())
