@@ -19,9 +19,10 @@ Ways, per program and shape, in one invocation:
 Each case runs at least --min-s seconds folded: the run with default options is made first and the
 iteration count scaled until it takes that long; every way then runs the same count. Every result is
 checked: the program's own verdict, and its checksum equal to that of the plain taskset run. Figures
-per row: default / best of the vmsched ways, default / taskset, timesharing / default. Last line: JSON.
+per row: default / best of the vmsched ways, default / taskset, timesharing / default, each from the
+median of --reps runs per way. Last line: JSON.
 
-    python bench/patterns.py [--quick] [--programs ring,halo2d,ep] [--shapes 4x1,8x2] [--plot FILE]
+    python bench/patterns.py [--quick] [--reps 3] [--programs ring,halo2d,ep] [--shapes 4x1,8x2] [--plot FILE]
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import argparse
 import json
 import math
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -161,7 +163,10 @@ def main() -> int:
     p.add_argument("--min-s", type=float, default=1.0, help="shortest reference run in seconds (default 1)")
     p.add_argument("--quick", action="store_true", help="4 ranks on 1 CPU, default/progress/sender/local/taskset")
     p.add_argument("--plot", type=Path, help="also draw default/taskset and default/best per case")
+    p.add_argument("--reps", type=int, default=1, help="runs per way, in interleaved rounds; medians (default 1)")
     args = p.parse_args()
+    if args.reps < 1:
+        p.error(f"--reps must be at least 1, not {args.reps}")
     names = args.programs.split(",") if args.programs else [*PATTERNS, *APPS]
     shapes = [tuple(map(int, s.split("x"))) for s in args.shapes.split(",")] if args.shapes else list(SHAPES)
     ways = [*VMSCHED_WAYS, *PLAIN_WAYS]
@@ -180,16 +185,22 @@ def main() -> int:
                 for nranks, cpus in shapes:
                     if not prog.allows(nranks):
                         continue
-                    times: dict[str, Run] = {"default": calibrate(m, prog, nranks, cpus, args.min_s)}
-                    times["taskset"] = ref = plain(prog, nranks, cpus, "taskset")
-                    for way in ways:
-                        if way in times or (way == "timesharing" and cpus == 2):
-                            continue
-                        times[way] = plain(prog, nranks, cpus, way) if way in PLAIN_WAYS else folded(
-                            m, prog, nranks, cpus, way)  # fmt: skip
-                    bad = [w for w, r in times.items() if not r.ok or r.checksum != ref.checksum]
-                    row = {"program": prog.label, "ranks": nranks, "cpus": cpus, "iters": prog.iters,
-                           "seconds": {w: round(r.seconds, 4) for w, r in times.items()}, "bad": bad}  # fmt: skip
+                    runs: dict[str, list[Run]] = {"default": [calibrate(m, prog, nranks, cpus, args.min_s)]}
+                    runs["taskset"] = [plain(prog, nranks, cpus, "taskset")]
+                    order = ["default", "taskset", *(w for w in ways if w not in ("default", "taskset"))]
+                    # Rounds interleaved, medians compared: the best of six ways is a minimum over noisy
+                    # runs, so one run per way biases default/best upward by the noise alone.
+                    for rnd in range(args.reps):
+                        for way in order:
+                            if (way == "timesharing" and cpus == 2) or len(runs.get(way, ())) > rnd:
+                                continue
+                            runs.setdefault(way, []).append(plain(prog, nranks, cpus, way) if way in PLAIN_WAYS
+                                                            else folded(m, prog, nranks, cpus, way))  # fmt: skip
+                    ref = runs["taskset"][0]
+                    bad = sorted({w for w, rs in runs.items() for r in rs if not r.ok or r.checksum != ref.checksum})
+                    row = {"program": prog.label, "ranks": nranks, "cpus": cpus, "iters": prog.iters, "reps": args.reps,
+                           "seconds": {w: round(statistics.median(r.seconds for r in rs), 4) for w, rs in runs.items()},
+                           "bad": bad}  # fmt: skip
                     rows.append(row)
                     print_row(row, flush=True)
     return report(rows, args.plot)
@@ -219,7 +230,7 @@ def report(rows: list[dict], plot: Path | None) -> int:
         print_row(row)
     print("\nseconds per way:")
     for row in rows:
-        print(f"  {row['program']} {row['ranks']}x{row['cpus']} (iters {row['iters']}): "
+        print(f"  {row['program']} {row['ranks']}x{row['cpus']} (iters {row['iters']}, median of {row['reps']}): "
               + " ".join(f"{w}={v:.3f}" for w, v in row["seconds"].items()))  # fmt: skip
     rs = [ratios(r) for r in rows]
     loses = [r["timesharing_vs_default"] for r in rs if r.get("timesharing_vs_default", 0) > 1]
