@@ -136,3 +136,73 @@ class FreeProfile:
     def release(self, start: float, end: float, cpus: int) -> None:
         """Undo reserve(start, end, cpus)."""
         self._add(start, end, cpus)
+
+
+class ShadowProfile:
+    """What FreeProfile answers for EASY, from [Lifk94]'s two numbers: the head's shadow time and the
+    CPUs it leaves spare then.
+
+    With nothing suspended, the profile of the running jobs only rises (they only release CPUs), and
+    EASY takes one reservation, the head's [shadow, shadow + duration), then windows from now on. The
+    fewest CPUs free over [now, now + d) are then those free now, or, when the interval reaches the
+    shadow time, those left at the shadow time (`extra`): no later time is lower, since releases only
+    add CPUs and a window from now holds CPUs over less and less of the future. So a backfilling pass
+    asks in O(1) what the step function answers in O(steps), with the same answers
+    (tests/test_policies_backfill.py compares them).
+    """
+
+    __slots__ = ("now", "free", "shadow", "extra", "_ends", "_cpus")
+
+    def __init__(self, now: float, free_now: int, ends: Sequence[float], cpus: Sequence[int]) -> None:
+        """`ends` and `cpus`: the running jobs' releases sorted by time, as for FreeProfile.of_sorted."""
+        self.now, self.free = now, free_now
+        self._ends, self._cpus = ends, cpus
+        self.shadow = math.inf  # when the head's reservation starts; inf while none is taken
+        self.extra: float = math.inf  # CPUs free at the shadow time, the head's taken
+
+    def reserve_head(self, cpus: int, duration: float) -> float | None:
+        """FreeProfile.earliest_start and then reserve for the head: the start of its slot, None if it
+        never fits. The first time `cpus` are free is that start: they stay free, the profile only rises."""
+        now, avail, start = self.now, self.free, self.now
+        if avail < cpus:
+            after_now = math.nextafter(now, math.inf)  # a job past its estimate releases the instant after
+            ends, n = self._ends, len(self._ends)
+            k = 0
+            while k < n and avail < cpus:
+                avail += self._cpus[k]
+                k += 1
+            if avail < cpus:
+                return None
+            start = max(self._ends[k - 1], after_now)
+            while k < n and max(ends[k], after_now) == start:  # every release at that time counts
+                avail += self._cpus[k]
+                k += 1
+        if duration > 0:  # as FreeProfile.reserve, an empty slot holds nothing
+            self.shadow, self.extra = start, avail - cpus
+        return start
+
+    def fits_from_now(self, cpus: int, duration: float) -> bool:
+        """FreeProfile.fits_from_now: `cpus` stay free over [now, now + duration)."""
+        if cpus > self.free:
+            return False
+        # A slot from now that reaches the shadow time (or a reservation starting now) meets `extra`.
+        return cpus <= self.extra or (self.now + duration <= self.shadow and self.shadow > self.now)
+
+    def reserve(self, start: float, end: float, cpus: int) -> None:
+        """Take `cpus` over [now, end) (backfilling reserves from now only)."""
+        if start != self.now:
+            raise ValueError("ShadowProfile only takes slots from now")
+        if end > start:  # as FreeProfile.reserve, an empty slot holds nothing
+            self.free -= cpus
+            if end > self.shadow:
+                self.extra -= cpus
+
+    def spans(self, most: int) -> list[float]:
+        """FreeProfile.spans: spans[c] for c in 0..most, how long from now at least c CPUs stay free."""
+        out = [math.inf] * (most + 1)
+        low_free = max(self.free, 0) + 1
+        out[low_free:] = [0.0] * max(0, most + 1 - low_free)
+        if self.extra < self.free:
+            low_extra = max(int(self.extra), 0) + 1
+            out[low_extra:low_free] = [self.shadow - self.now] * max(0, min(low_free, most + 1) - low_extra)
+        return out
