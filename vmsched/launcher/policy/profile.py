@@ -163,20 +163,16 @@ class ShadowProfile:
     def reserve_head(self, cpus: int, duration: float) -> float | None:
         """FreeProfile.earliest_start and then reserve for the head: the start of its slot, None if it
         never fits. The first time `cpus` are free is that start: they stay free, the profile only rises."""
-        now, avail, start = self.now, self.free, self.now
+        now, start, avail = self.now, self.now, self.free
         if avail < cpus:
-            after_now = math.nextafter(now, math.inf)  # a job past its estimate releases the instant after
-            ends, n = self._ends, len(self._ends)
-            k = 0
-            while k < n and avail < cpus:
-                avail += self._cpus[k]
-                k += 1
-            if avail < cpus:
+            free_after = list(accumulate(self._cpus, initial=avail))  # free after each release, rising
+            k = bisect_left(free_after, cpus)
+            if k == len(free_after):
                 return None
-            start = max(self._ends[k - 1], after_now)
-            while k < n and max(ends[k], after_now) == start:  # every release at that time counts
-                avail += self._cpus[k]
-                k += 1
+            start = self._ends[k - 1]
+            if start <= now:  # a job past its estimate releases its CPUs the instant after now
+                start = math.nextafter(now, math.inf)
+            avail = free_after[bisect_right(self._ends, start)]  # every release at that time counts
         if duration > 0:  # as FreeProfile.reserve, an empty slot holds nothing
             self.shadow, self.extra = start, avail - cpus
         return start
@@ -199,10 +195,7 @@ class ShadowProfile:
 
     def spans(self, most: int) -> list[float]:
         """FreeProfile.spans: spans[c] for c in 0..most, how long from now at least c CPUs stay free."""
-        out = [math.inf] * (most + 1)
-        low_free = max(self.free, 0) + 1
-        out[low_free:] = [0.0] * max(0, most + 1 - low_free)
-        if self.extra < self.free:
-            low_extra = max(int(self.extra), 0) + 1
-            out[low_extra:low_free] = [self.shadow - self.now] * max(0, min(low_free, most + 1) - low_extra)
-        return out
+        n = most + 1
+        free_now = min(max(self.free, 0) + 1, n)  # sizes below it are free now ...
+        lasting = free_now if self.extra >= self.free else min(max(int(self.extra), 0) + 1, free_now)  # ... for ever
+        return [math.inf] * lasting + [self.shadow - self.now] * (free_now - lasting) + [0.0] * (n - free_now)
