@@ -21,7 +21,7 @@ from vmsched.launcher.policy import (
     parse_policy_spec,
 )
 from vmsched.launcher.policy.orders import ordered_queue
-from vmsched.launcher.policy.profile import FreeProfile
+from vmsched.launcher.policy.profile import FreeProfile, ShadowProfile
 from vmsched.launcher.policy.sizes import percentage_offers
 
 # --- the free-CPU profile -------------------------------------------------------------------------
@@ -44,6 +44,35 @@ def test_profile_expects_overdue_jobs_right_after_now():
     p = FreeProfile(50.0, 0, [(40.0, 4)])
     assert p.free_at(50.0) == 0
     assert 50.0 < p.earliest_start(4, 1.0) < 50.001
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.integers(0, 8),  # free now
+    st.lists(st.tuples(st.integers(0, 60), st.integers(1, 4)), max_size=5),  # releases (end, cpus)
+    st.integers(1, 20),  # the head's CPUs
+    st.integers(0, 40),  # its duration
+    st.lists(st.tuples(st.integers(0, 6), st.integers(0, 60)), max_size=4),  # asks and windows (cpus, d)
+)
+def test_shadow_profile_answers_as_the_step_function(free, releases, head_cpus, head_d, asks):
+    """EASY's two-number profile gives FreeProfile's answers: the head's slot, then for jobs of every
+    size and duration whether they fit from now, and the spans, as windows from now are taken."""
+    now = 20.0
+    rel = sorted((float(e), c) for e, c in releases)  # some at or before now: overdue jobs
+    ends, cpus = [e for e, _ in rel], [c for _, c in rel]
+    full, shadow = FreeProfile.of_sorted(now, free, ends, cpus), ShadowProfile(now, free, ends, cpus)
+    start = full.earliest_start(head_cpus, float(head_d))
+    assert shadow.reserve_head(head_cpus, float(head_d)) == start
+    if start is not None:
+        full.reserve(start, start + head_d, head_cpus)
+    most = max(free, 0)
+    assert shadow.spans(most) == full.spans(most)
+    for c, d in asks:
+        for size in range(0, 10):
+            for dur in (0.0, 1.0, float(d), 100.0):
+                assert shadow.fits_from_now(size, dur) == full.fits_from_now(size, dur), (size, dur)
+        full.reserve(now, now + d, c)
+        shadow.reserve(now, now + d, c)
 
 
 # --- EASY ------------------------------------------------------------------------------------------

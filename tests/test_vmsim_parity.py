@@ -124,7 +124,9 @@ def test_carrying_the_conservative_plan_over_changes_no_decision(
 )
 def test_the_full_machine_shortcut_changes_no_decision(spec: str) -> None:
     """decide() skips the workspace when every CPU is held and nothing could free one (core.no_room):
-    at every instant of a simulated workload, the full decision path gives the same."""
+    at every instant of a simulated workload, the full decision path gives the same. That includes the
+    instants at which the simulator does not call decide() at all (core.nothing_fits): on_decide then
+    sees no decisions."""
     from vmsched.launcher.policy.core import decide_in_workspace, no_room
     from vmsched.launcher.policy.start_rules import RULES
 

@@ -11,18 +11,21 @@ Why it is written for speed (archive logs of 10^5 jobs): a job's end is recomput
 partition changes (lazy progress, a heap of ends), the RunningJob views are kept and replaced only on a
 change, and partition_sizes is called only over the jobs that can change size (a job whose minimum
 partition is its rank count always holds exactly that many CPUs, so it only reduces the CPUs left).
+At an instant when no queued job can fit the free CPUs (core.nothing_fits: about half of the instants of
+a busy log) decide() is not called at all; on_decide still sees the instant, with no decisions.
 """
 
 from __future__ import annotations
 
 import heapq
 import math
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 
 from vmsched.cpumanager.partition import JobShape, minimum_partition, partition_sizes
 from vmsched.launcher.policy.config import PolicyConfig
-from vmsched.launcher.policy.core import decide, hold_idle_cpus, next_event_time
+from vmsched.launcher.policy.core import decide, hold_idle_cpus, next_event_time, nothing_fits
 from vmsched.launcher.policy.decisions import Abort, Decision, Mold, Resume, SetMaxMpl, Start, Suspend
 from vmsched.launcher.policy.sizes import estimate_at
 from vmsched.launcher.policy.snapshot import QueuedJob, RunningJob, Snapshot
@@ -106,6 +109,10 @@ class Simulation:
         self.aborts: dict[int, int] = {}
         self.fixed_cpus = 0  # CPUs held by running jobs that cannot change size
         self.elastic: set[int] = set()
+        self.suspended: set[int] = set()
+        # How many queued jobs have each floor_cpus: the least of them tells whether any queued job can
+        # fit the free CPUs (a handful of distinct values, where the queue may hold thousands of jobs).
+        self.floors: Counter[int] = Counter()
         self.now = self.pending[0].submit_time if self.pending else 0.0
         # Whether expiring windows can ever wake the policy (next_event_time is None otherwise).
         self.windows_act = cfg.backfill != "none" and cfg.expiry != "none"
@@ -123,17 +130,23 @@ class Simulation:
         pending, nxt = self.pending, 0
         for _ in range(self.max_events):
             while nxt < len(pending) and pending[nxt].submit_time <= self.now:
-                self.queue[pending[nxt].job_id] = pending[nxt]
-                self._queue_tuple = None
+                self._enqueue(pending[nxt])
                 nxt += 1
-            snap = self.snapshot()
-            decisions = decide(snap, self.cfg)
-            for d in decisions:
-                self._apply(d)
-            after = self.snapshot if decisions else (lambda s=snap: s)
-            self._repartition(after)
-            if self.on_decide is not None:
-                self.on_decide(snap, decisions)
+            if self.nothing_fits():
+                # decide() would decide nothing (core.nothing_fits says why that is exact): neither it
+                # nor its snapshot is needed, and no partition changes.
+                after = self.snapshot
+                if self.on_decide is not None:
+                    self.on_decide(self.snapshot(), [])
+            else:
+                snap = self.snapshot()
+                decisions = decide(snap, self.cfg)
+                for d in decisions:
+                    self._apply(d)
+                after = self.snapshot if decisions else (lambda s=snap: s)
+                self._repartition(after)
+                if self.on_decide is not None:
+                    self.on_decide(snap, decisions)
             if nxt == len(pending) and not self.queue and not self.running:
                 break
             wake = next_event_time(after(), self.cfg) if self.windows_act and self.expiring() else None
@@ -150,6 +163,32 @@ class Simulation:
         else:
             raise RuntimeError(f"simulation did not end within {self.max_events} events")
         return [self.records[jid] for jid in sorted(self.records)]
+
+    def _enqueue(self, job: QueuedJob) -> None:
+        self.queue[job.job_id] = job
+        self._queue_tuple = None
+        self._count_floor(job.floor_cpus, +1)
+
+    def _dequeue(self, job_id: int) -> QueuedJob:
+        job = self.queue.pop(job_id)
+        self._queue_tuple = None
+        self._count_floor(job.floor_cpus, -1)
+        return job
+
+    def _count_floor(self, floor: int, delta: int) -> None:
+        left = self.floors[floor] + delta
+        if left:
+            self.floors[floor] = left
+        else:
+            del self.floors[floor]
+
+    def nothing_fits(self) -> bool:
+        """core.nothing_fits from the simulator's own bookkeeping: with no job able to change size, the
+        running jobs hold fixed_cpus at their minimum partitions."""
+        if self.elastic or self.suspended:
+            return False
+        free = self.ncpus - self.fixed_cpus
+        return nothing_fits(free, min(self.floors, default=math.inf) if free > 0 else math.inf, False, self.cfg)
 
     # -- finishing ---------------------------------------------------------------------------------
     def _next_end(self) -> float:
@@ -181,7 +220,7 @@ class Simulation:
     def _apply(self, d: Decision) -> None:
         self._queue_tuple = None  # every decision but a resize changes the queue; cheap to rebuild
         if isinstance(d, Start):
-            job = self.queue.pop(d.job_id)
+            job = self._dequeue(d.job_id)
             # A job that cannot change size holds its rank count from the start; the others get theirs
             # when partitions are sized, below.
             cpus = d.nranks if minimum_partition(d.nranks, d.max_mpl) == d.nranks else 0
@@ -199,13 +238,16 @@ class Simulation:
             self._remove(run)  # its work is lost: a requeued job starts from scratch
             self.aborts[d.job_id] = self.aborts.get(d.job_id, 0) + 1
             if d.requeue:
-                self.queue[run.job.job_id] = run.job
+                self._enqueue(run.job)
         elif isinstance(d, Suspend):
             self._change(self.running[d.job_id], suspended=True)
         elif isinstance(d, Resume):
             self._change(self.running[d.job_id], suspended=False, window_end=d.window_end)
         elif isinstance(d, Mold):
-            self.queue[d.job_id] = replace(self.queue[d.job_id], procs=(d.nranks,))
+            old = self.queue[d.job_id]
+            self.queue[d.job_id] = new = replace(old, procs=(d.nranks,))  # in place: arrival order kept
+            self._count_floor(old.floor_cpus, -1)
+            self._count_floor(new.floor_cpus, +1)
 
     def _add(self, run: _Run) -> None:
         v = run.view
@@ -222,6 +264,7 @@ class Simulation:
             del self.running[jid]
             del self.views[jid]
             self._running_tuple = None
+        self.suspended.discard(jid)
         if jid in self.elastic:
             self.elastic.discard(jid)
         elif not run.view.suspended:
@@ -231,6 +274,7 @@ class Simulation:
         self._remove(run, popped=True)
         self._set_view(run, replace(run.view, **changes))
         if run.view.suspended:
+            self.suspended.add(run.view.job_id)
             self._hold(run, 0)
         self._add(run)
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 
 from . import plan_cache
-from .profile import FreeProfile
+from .profile import FreeProfile, ShadowProfile
 from .sizes import Shape, estimate_at
 from .snapshot import QueuedJob
 from .start_rules import StartRule, fold_note
@@ -42,6 +42,16 @@ def reservations(
     return profile, plan
 
 
+def shadow_reservation(ws: Workspace, rule: StartRule) -> tuple[ShadowProfile, dict[int, tuple[float, float, int]]]:
+    """reservations(ws, rule, 1) as a ShadowProfile, for a machine with nothing suspended."""
+    profile = ShadowProfile(ws.now, ws.free_now(), *ws.releases())
+    head = ws.ordered()[0]
+    shape = rule.preferred(head, ws)
+    duration = estimate_at(head, shape.nranks)
+    start = profile.reserve_head(shape.cpus, duration)
+    return profile, ({} if start is None else {head.job_id: (start, start + duration, shape.cpus)})
+
+
 def backfill(ws: Workspace, rule: StartRule, head: QueuedJob) -> None:
     """Start (or resume) jobs behind `head` that delay no reservation; `head` itself was refused."""
     suspended = ws.suspended()
@@ -57,8 +67,11 @@ def backfill(ws: Workspace, rule: StartRule, head: QueuedJob) -> None:
     if not in_reach and not suspended:
         return
     depth = DEPTHS[ws.cfg.backfill]
+    profile: FreeProfile | ShadowProfile
     if depth == math.inf:
         profile, plan, order = plan_cache.plan(ws, rule)
+    elif depth == 1 and not suspended:  # EASY: the same answers from two numbers
+        profile, plan = shadow_reservation(ws, rule)
     else:
         profile, plan = reservations(ws, rule, depth)
 

@@ -32,9 +32,28 @@ def no_room(snapshot: Snapshot, cfg: PolicyConfig, rule: StartRule) -> bool:
     free CPU, and nothing would free one (a rule that shrinks running jobs to make room, an expiry
     action) or mold a queued job. A shortcut, not a rule: decide_in_workspace would return nothing too
     (tests/test_vmsim_parity.py checks it); a simulated queue hits it at a third of its events."""
-    if rule.makes_room or rule.molds_queued or (cfg.backfill != "none" and cfg.expiry != "none"):
-        return False
-    return running_set(snapshot.running).used >= snapshot.ncpus
+    return waits_for_cpus(cfg, rule) and running_set(snapshot.running).used >= snapshot.ncpus
+
+
+def waits_for_cpus(cfg: PolicyConfig, rule: StartRule | None = None) -> bool:
+    """Whether every decision the policy can make needs free CPUs: its start rule does not shrink
+    running jobs to make room nor mold queued jobs, and no expiry action acts on running jobs."""
+    rule = rule or RULES[cfg.policy]
+    return not (rule.makes_room or rule.molds_queued or (cfg.backfill != "none" and cfg.expiry != "none"))
+
+
+def nothing_fits(free_cpus: int, least_floor: float, suspended: bool, cfg: PolicyConfig) -> bool:
+    """Whether decide() decides nothing for any snapshot in which `free_cpus` CPUs are left beyond the
+    running jobs' minimum partitions, every queued job needs more (`least_floor`: the least
+    QueuedJob.floor_cpus in the queue, inf when it is empty) and no job is suspended.
+
+    Exact, not a heuristic: every start passes Workspace.fits (its shape's minimum partition must be
+    free), no shape of a job needs fewer CPUs than its floor_cpus (a job folds at most to its user's
+    cap), resuming needs a suspended job, and a policy that waits for CPUs makes no other decision.
+    no_room is the case free_cpus <= 0. For a driver that knows these figures without building a
+    snapshot (the simulator, at the many instants when nothing fits).
+    """
+    return least_floor > free_cpus and not suspended and waits_for_cpus(cfg)
 
 
 def decide_in_workspace(snapshot: Snapshot, cfg: PolicyConfig, rule: StartRule) -> list[Decision]:

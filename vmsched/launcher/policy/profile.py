@@ -136,3 +136,66 @@ class FreeProfile:
     def release(self, start: float, end: float, cpus: int) -> None:
         """Undo reserve(start, end, cpus)."""
         self._add(start, end, cpus)
+
+
+class ShadowProfile:
+    """What FreeProfile answers for EASY, from [Lifk94]'s two numbers: the head's shadow time and the
+    CPUs it leaves spare then.
+
+    With nothing suspended, the profile of the running jobs only rises (they only release CPUs), and
+    EASY takes one reservation, the head's [shadow, shadow + duration), then windows from now on. The
+    fewest CPUs free over [now, now + d) are then those free now, or, when the interval reaches the
+    shadow time, those left at the shadow time (`extra`): no later time is lower, since releases only
+    add CPUs and a window from now holds CPUs over less and less of the future. So a backfilling pass
+    asks in O(1) what the step function answers in O(steps), with the same answers
+    (tests/test_policies_backfill.py compares them).
+    """
+
+    __slots__ = ("now", "free", "shadow", "extra", "_ends", "_cpus")
+
+    def __init__(self, now: float, free_now: int, ends: Sequence[float], cpus: Sequence[int]) -> None:
+        """`ends` and `cpus`: the running jobs' releases sorted by time, as for FreeProfile.of_sorted."""
+        self.now, self.free = now, free_now
+        self._ends, self._cpus = ends, cpus
+        self.shadow = math.inf  # when the head's reservation starts; inf while none is taken
+        self.extra: float = math.inf  # CPUs free at the shadow time, the head's taken
+
+    def reserve_head(self, cpus: int, duration: float) -> float | None:
+        """FreeProfile.earliest_start and then reserve for the head: the start of its slot, None if it
+        never fits. The first time `cpus` are free is that start: they stay free, the profile only rises."""
+        now, start, avail = self.now, self.now, self.free
+        if avail < cpus:
+            free_after = list(accumulate(self._cpus, initial=avail))  # free after each release, rising
+            k = bisect_left(free_after, cpus)
+            if k == len(free_after):
+                return None
+            start = self._ends[k - 1]
+            if start <= now:  # a job past its estimate releases its CPUs the instant after now
+                start = math.nextafter(now, math.inf)
+            avail = free_after[bisect_right(self._ends, start)]  # every release at that time counts
+        if duration > 0:  # as FreeProfile.reserve, an empty slot holds nothing
+            self.shadow, self.extra = start, avail - cpus
+        return start
+
+    def fits_from_now(self, cpus: int, duration: float) -> bool:
+        """FreeProfile.fits_from_now: `cpus` stay free over [now, now + duration)."""
+        if cpus > self.free:
+            return False
+        # A slot from now that reaches the shadow time (or a reservation starting now) meets `extra`.
+        return cpus <= self.extra or (self.now + duration <= self.shadow and self.shadow > self.now)
+
+    def reserve(self, start: float, end: float, cpus: int) -> None:
+        """Take `cpus` over [now, end) (backfilling reserves from now only)."""
+        if start != self.now:
+            raise ValueError("ShadowProfile only takes slots from now")
+        if end > start:  # as FreeProfile.reserve, an empty slot holds nothing
+            self.free -= cpus
+            if end > self.shadow:
+                self.extra -= cpus
+
+    def spans(self, most: int) -> list[float]:
+        """FreeProfile.spans: spans[c] for c in 0..most, how long from now at least c CPUs stay free."""
+        n = most + 1
+        free_now = min(max(self.free, 0) + 1, n)  # sizes below it are free now ...
+        lasting = free_now if self.extra >= self.free else min(max(int(self.extra), 0) + 1, free_now)  # ... for ever
+        return [math.inf] * lasting + [self.shadow - self.now] * (free_now - lasting) + [0.0] * (n - free_now)

@@ -175,14 +175,16 @@ class Workspace:
         check_admission's rule, the minimum partitions of all of them fit in the machine."""
         return shape.cpus <= self.free_now(mpl_changes)
 
+    def releases(self) -> tuple[list[float], list[int]]:
+        """The active jobs' expected ends, in order, and the CPUs each then releases."""
+        if self._base is not None:
+            return self._base.releases()
+        by_end = sorted(self.active(), key=_END)
+        return list(map(_END, by_end)), list(map(_HELD, by_end))
+
     def profile(self) -> FreeProfile:
         """Free CPUs from now on as running jobs reach their estimated ends."""
-        if self._base is not None:
-            ends, cpus = self._base.releases()
-        else:
-            by_end = sorted(self.active(), key=_END)
-            ends, cpus = list(map(_END, by_end)), list(map(_HELD, by_end))
-        return FreeProfile.of_sorted(self.now, self.free_now(), ends, cpus)
+        return FreeProfile.of_sorted(self.now, self.free_now(), *self.releases())
 
     def _replace_running(self, job: RunningJob) -> None:
         old = self.running.get(job.job_id)
