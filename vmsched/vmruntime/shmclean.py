@@ -5,6 +5,7 @@ removes what is left once they are all gone (the same rule as vmsched.launcher.s
 from __future__ import annotations
 
 import os
+import re
 import stat
 
 import psutil
@@ -65,6 +66,4 @@ def reported_segment(suffix: bytes) -> str | None:
     """The MPICH segment a rank reported in its slot (`RankEntry.mpich_shm`), as a path; None if the
     slot holds none or anything but a plain name (it is written by the job's user: no '/', no '..')."""
     name = suffix.split(b"\0", 1)[0]
-    if not name or not all(c.isalnum() or c in "_-" for c in name.decode("ascii", "replace")):
-        return None
-    return MPICH_PREFIX + name.decode("ascii")
+    return MPICH_PREFIX + name.decode("ascii") if re.fullmatch(rb"[A-Za-z0-9_-]+", name) else None
