@@ -6,21 +6,28 @@ Steps (each a command, printed as it runs):
 2. each application's run time alone, the simulator's input (like the run time field of an SWF log),
    at every size a policy may give it (1, 2 and 4 ranks; 4 is folded at MPL 2 on the 2 CPUs), measured
    the way the replay runs jobs: through a private launcher (one vmreplay of a 1-job trace per run, so
-   that no run overlaps the next however slow the node is), --reps times each, rounds interleaved over
-   the applications and sizes, the median taken;
-3. the real replay of the workload under each policy (vmreplay --private);
-4. vmsim of the same workload and policies with those run times, --compare-with the replay.
+   that no run overlaps the next however slow the node is), in rounds over all applications and sizes;
+3. the real replay of the workload, one policy at a time (vmreplay --private), each bracketed by
+   rounds of step 2: round 0, policy 1, round 1, policy 2, round 2. A policy's base times are the
+   median of the runs in the rounds just before and just after its replay (--reps runs per cell per
+   round), so that a slow drift of the node's speed over the half hour is measured where it matters;
+4. vmsim of the workload under each policy with that policy's base times, --compare-with the replay.
 
-    python experiments/hardware_vs_sim.py --out results-hw [--reps 3] [--replay DIR] [--dedicated DIR]
+    python experiments/hardware_vs_sim.py --out results-hw [--reps 1] [--replay DIR] [--dedicated DIR]
 
---replay/--dedicated reuse runs already made (step 2 takes about 4 minutes per repetition, step 3
-about 11). Last line: JSON. It also prints, per policy, each application's median run time at each
-size in the replay against the base time the simulator was given ("run-time check"): where they
-differ, the simulated responses cannot agree, whatever the policy code does.
+--replay/--dedicated reuse runs already made (a round of step 2 takes about 4 minutes, each replay
+about 5.5). With --replay, step 2 is measured in --reps rounds, all used for every policy; a --dedicated
+directory with round0, round1, ... inside is used as bracketing rounds. Last line: JSON. It also
+prints, per policy, each application's median run time at each size in the replay against the base time
+the simulator was given ("run-time check"): where they differ, the simulated responses cannot agree,
+whatever the policy code does.
 
 Why not plain mpiexec for the base times, and why repetitions (docs/vmsim.md, "Hardware against
 simulation"): on the quiet node of 2026-11-23, 2-rank jobs took 3-24 % longer under the launcher than
 under plain mpiexec, and single runs were up to 19 % off the median of the same job's runs.
+Why brackets: the same job alone took 7.6-12.1 s within ten minutes on that node, runs close in time
+alike, so base times measured in one window and a replay in the next differed by about the 10 % that
+the comparison is judged by.
 
 The real runs are only worth comparing on a quiet node: the share of the node's CPU time that other
 processes took during steps 2 and 3 is measured (vmsim-calibrate's LoadMeter) and printed; above 10 %
@@ -56,6 +63,7 @@ from vmsched.workloads.swf import read_swf  # noqa: E402
 BIN = Path(sys.executable).parent
 KEYS = ["ep.W", "mg.W", "ft.W", "cg.W", "sweep.W"]
 POLICIES = ["fcfs+easy:abort", "fjt[fjt_long_mpl=1]+easy:malleable"]
+NAMES = ["fcfs+easy:abort/fifo", "fjt[fjt_long_mpl=1]+easy:malleable/fifo"]  # as vmreplay names them
 CPUS = 2
 SIZES = (1, 2, 4)  # every rank count the allowed counts of KEYS let a policy choose on CPUS CPUs
 NOMINAL_T1 = ["--t1", "ep.W=19.6", "--t1", "mg.W=20.2", "--t1", "ft.W=15.3", "--t1", "cg.W=8.3", "--t1", "sweep.W=12.5"]
@@ -77,9 +85,11 @@ def busy_sh(meter: LoadMeter, foreign: dict[str, float], step: str, *argv: str |
 Samples = dict[tuple[str, int], list[float]]  # (application key, ranks) -> run times alone (s)
 
 
-def measure_dedicated(out: Path, work: Path, reps: int, meter: LoadMeter, foreign: dict[str, float]) -> Path:
+def measure_dedicated(
+    out: Path, work: Path, reps: int, meter: LoadMeter, foreign: dict[str, float], dedicated: Path | None = None
+) -> Path:
     """Each application alone at each size, through a private launcher as in the replay, `reps` times."""
-    dedicated = out / "dedicated"
+    dedicated = dedicated or out / "dedicated"
     for rep in range(reps):  # rounds interleaved: a slow spell of the node spreads over all cells
         for i, key in enumerate(KEYS):
             for n in SIZES:
@@ -91,8 +101,8 @@ def measure_dedicated(out: Path, work: Path, reps: int, meter: LoadMeter, foreig
                     shutil.copy(work / name, ded / name)
                 job = f"1 0 -1 -1 -1 -1 -1 {n} -1 -1 -1 -1 -1 {i} 2 -1 -1 -1"  # field 8: n ranks requested
                 (ded / "trace.swf").write_text(f"; Version: 2.2\n; MaxProcs: {CPUS}\n{job}\n")
-                busy_sh(meter, foreign, f"dedicated {key}@{n} #{rep}", BIN / "vmreplay", ded, "--private", "--policy",
-                        "fcfs", "--out", dedicated / f"{key}@{n}" / f"r{rep}")  # fmt: skip
+                busy_sh(meter, foreign, f"dedicated {dedicated.name} {key}@{n} #{rep}", BIN / "vmreplay", ded,
+                        "--private", "--policy", "fcfs", "--out", dedicated / f"{key}@{n}" / f"r{rep}")  # fmt: skip
     return dedicated
 
 
@@ -105,6 +115,23 @@ def read_dedicated(dedicated: Path) -> Samples:
         for rec in records_from_swf(read_swf(result)):
             samples[(key, rec.procs_used)].append(rec.execution)
     return dict(samples)
+
+
+def read_rounds(dedicated: Path) -> list[Samples]:
+    """The bracketing rounds under `dedicated` (round0, round1, ...), or all its runs as one round."""
+    rounds = sorted((d for d in dedicated.glob("round*") if d.name[5:].isdigit()), key=lambda d: int(d.name[5:]))
+    return [read_dedicated(d) for d in rounds] if rounds else [read_dedicated(dedicated)]
+
+
+def around(rounds: list[Samples], index: int, policies: int) -> Samples:
+    """Policy `index`'s samples: those of the rounds just before and after its replay when there is a
+    round around each replay (policies + 1 of them), else all rounds."""
+    chosen = rounds[index : index + 2] if len(rounds) == policies + 1 else rounds
+    merged: Samples = defaultdict(list)
+    for samples in chosen:
+        for cell, times in samples.items():
+            merged[cell].extend(times)
+    return dict(merged)
 
 
 def base_times(samples: Samples, fold: Callable[[str, float], float], given: dict[str, float]) -> dict[str, float]:
@@ -150,7 +177,7 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=Path("results-hw"))
     ap.add_argument("--replay", type=Path, help="reuse this vmreplay output of the workload")
     ap.add_argument("--dedicated", type=Path, help="reuse this vmreplay output of the dedicated runs")
-    ap.add_argument("--reps", type=int, default=3, help="dedicated runs per application and size (median)")
+    ap.add_argument("--reps", type=int, default=1, help="dedicated runs per application and size in each round")
     ap.add_argument("--base", action="append", default=[], metavar="KEY@N=SECONDS",
                     help="a base time given instead of measured (e.g. from an earlier run's vmsim.json)")  # fmt: skip
     args = ap.parse_args()
@@ -161,39 +188,48 @@ def main() -> int:
     if not work.exists():
         sh(BIN / "vmworkload", "generate", "--mix", ",".join(KEYS), "--cpus", "2", "--util", "0.85", "--duration",
            "300", "--seed", "3", *NOMINAL_T1, "--params-dir", work)  # fmt: skip
-    dedicated = args.dedicated or measure_dedicated(out, work, args.reps, meter, foreign)
-    samples = read_dedicated(dedicated)
     model = load_model()
     given = {k: float(v) for k, v in (a.split("=", 1) for a in args.base)}
 
     def fold(key: str, mpl: float) -> float:  # as vmsim --queue lbd folds: the better queue
         return min(slowdown(model, APPS[key].communication, q, mpl) for q in ("local", "global"))
 
-    base = base_times(samples, fold, given)
-    t1 = [a for k, v in base.items() for a in ("--t1", f"{k}={v:.3f}")]
-    # What a job alone takes in the simulation: the base time, folded above CPUS ranks.
-    alone = {(k, n): base[f"{k}@{n}"] * (n / CPUS * fold(k, n / CPUS) if n > CPUS else 1) for k in KEYS for n in SIZES}
-    replay = args.replay
+    replay, dedicated = args.replay, args.dedicated
+    if replay is None and dedicated is None:  # brackets: round 0, policy 1, round 1, policy 2, round 2
+        replay, dedicated = out / "replay", out / "dedicated"
+        measure_dedicated(out, work, args.reps, meter, foreign, dedicated / "round0")
+        for i, policy in enumerate(POLICIES):
+            busy_sh(meter, foreign, f"replay {policy}", BIN / "vmreplay", work, "--private", "--policy", policy,
+                    "--out", replay)  # fmt: skip
+            measure_dedicated(out, work, args.reps, meter, foreign, dedicated / f"round{i + 1}")
+    elif dedicated is None:
+        dedicated = measure_dedicated(out, work, args.reps, meter, foreign)
     if replay is None:
         replay = out / "replay"
         busy_sh(meter, foreign, "replay", BIN / "vmreplay", work, "--private",
                 *[a for p in POLICIES for a in ("--policy", p)], "--out", replay)  # fmt: skip
-    sim = out / "sim"
-    sh(BIN / "vmsim", work, *t1, *[a for p in POLICIES for a in ("--policy", p)], "--compare-with", replay,
-       "--out", sim)  # fmt: skip
-    result: dict[str, object] = {"t1": base, "dedicated_runs": {f"{k}@{n}": v for (k, n), v in sorted(samples.items())},
-                                 "foreign_cpu_pct": foreign}  # fmt: skip
+    rounds = read_rounds(dedicated)
+    result: dict[str, object] = {"rounds": len(rounds), "foreign_cpu_pct": foreign}
     if any(pct > FOREIGN_MAX_PCT for pct in foreign.values()):
         print(f"WARNING: other processes took more than {FOREIGN_MAX_PCT} % of the node during the real runs "
               f"({foreign}): the measured times say how busy the node was, not how good the simulation is")  # fmt: skip
-    for name in ("fcfs+easy:abort/fifo", "fjt[fjt_long_mpl=1]+easy:malleable/fifo"):
+    for i, (policy, name) in enumerate(zip(POLICIES, NAMES, strict=True)):
+        samples = around(rounds, i, len(POLICIES))
+        base = base_times(samples, fold, given)
+        t1 = [a for k, v in base.items() for a in ("--t1", f"{k}={v:.3f}")]
+        # What a job alone takes in the simulation: the base time, folded above CPUS ranks.
+        alone = {(k, n): base[f"{k}@{n}"] * (n / CPUS * fold(k, n / CPUS) if n > CPUS else 1)
+                 for k in KEYS for n in SIZES}  # fmt: skip
+        sim = out / f"sim-{slug(name)}"
+        sh(BIN / "vmsim", work, *t1, "--policy", policy, "--compare-with", replay, "--out", sim)
         measured = records_from_swf(read_swf(replay / slug(name) / "result.swf"))
         simulated = records_from_swf(read_swf(sim / slug(name) / "result.swf"))
         ag = agreement(measured, simulated)
         check = runtime_check(work, replay / slug(name) / "result.swf", alone)
         result[name] = {"jobs": ag.jobs, "mean_measured_s": round(ag.mean_measured, 2),
                         "mean_simulated_s": round(ag.mean_simulated, 2), "mean_error": round(ag.mean_error, 4),
-                        "spearman": round(ag.spearman, 3), "runtime_check": check}  # fmt: skip
+                        "spearman": round(ag.spearman, 3), "t1": base, "runtime_check": check,
+                        "dedicated_runs": {f"{k}@{n}": v for (k, n), v in sorted(samples.items())}}  # fmt: skip
         print(f"{name}: run-time check (median run time in the replay; alone, as simulated):")
         for row in check:
             print(f"  {row['app']}@{row['ranks']}: {row['jobs']} jobs, replay {row['replay_median_s']} s, alone "

@@ -99,3 +99,19 @@ def test_measure_dedicated_runs_every_cell_at_its_size(tmp_path: Path, monkeypat
     assert calls == cells * 2  # interleaved rounds
     samples = hw.read_dedicated(dedicated)
     assert sorted(samples) == sorted(cells) and all(len(v) == 2 for v in samples.values())
+
+
+def test_each_policy_gets_the_rounds_around_its_replay(tmp_path: Path) -> None:
+    """Bracketing: round0, policy 1, round1, policy 2, round2 - policy 1 is simulated with rounds 0 and 1,
+    policy 2 with rounds 1 and 2; without one round around each replay, every policy gets all rounds."""
+    for r, secs in enumerate((10.0, 12.0, 20.0)):
+        _result(tmp_path / f"round{r}" / "ep.W@2" / "r0" / "fcfs_fifo" / "result.swf", [(0, 0.0, secs, 2)])
+    (tmp_path / "roundabout").mkdir()  # not a round
+    rounds = hw.read_rounds(tmp_path)
+    assert rounds == [{("ep.W", 2): [10.0]}, {("ep.W", 2): [12.0]}, {("ep.W", 2): [20.0]}]
+    assert hw.around(rounds, 0, 2) == {("ep.W", 2): [10.0, 12.0]}
+    assert hw.around(rounds, 1, 2) == {("ep.W", 2): [12.0, 20.0]}
+    assert hw.around(rounds[:2], 1, 2) == {("ep.W", 2): [10.0, 12.0]}
+    flat = tmp_path / "flat"
+    _result(flat / "ep.W@2" / "r0" / "fcfs_fifo" / "result.swf", [(0, 0.0, 9.0, 2)])
+    assert hw.read_rounds(flat) == [{("ep.W", 2): [9.0]}]
