@@ -2,7 +2,8 @@
 simulated (vmsim) under the same policies; per-job response times compared (vmsim --compare-with).
 
 Steps (each a command, printed as it runs):
-1. generate the workload (vmworkload generate; 5 class-W apps, 2 CPUs, load 0.85, 300 s of arrivals);
+1. generate the workload (vmworkload generate; 5 class-W apps, 2 CPUs, load --util (0.85), 300 s of
+   arrivals);
 2. each application's run time alone, the simulator's input (like the run time field of an SWF log),
    at every size a policy may give it (1, 2 and 4 ranks; 4 is folded at MPL 2 on the 2 CPUs), measured
    the way the replay runs jobs: through a private launcher (one vmreplay of a 1-job trace per run, so
@@ -177,6 +178,7 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=Path("results-hw"))
     ap.add_argument("--replay", type=Path, help="reuse this vmreplay output of the workload")
     ap.add_argument("--dedicated", type=Path, help="reuse this vmreplay output of the dedicated runs")
+    ap.add_argument("--util", type=float, default=0.85, help="offered load of the generated workload")
     ap.add_argument("--reps", type=int, default=1, help="dedicated runs per application and size in each round")
     ap.add_argument("--base", action="append", default=[], metavar="KEY@N=SECONDS",
                     help="a base time given instead of measured (e.g. from an earlier run's vmsim.json)")  # fmt: skip
@@ -186,8 +188,8 @@ def main() -> int:
     out.mkdir(parents=True, exist_ok=True)
     work = out / "workload"
     if not work.exists():
-        sh(BIN / "vmworkload", "generate", "--mix", ",".join(KEYS), "--cpus", "2", "--util", "0.85", "--duration",
-           "300", "--seed", "3", *NOMINAL_T1, "--params-dir", work)  # fmt: skip
+        sh(BIN / "vmworkload", "generate", "--mix", ",".join(KEYS), "--cpus", "2", "--util", str(args.util),
+           "--duration", "300", "--seed", "3", *NOMINAL_T1, "--params-dir", work)  # fmt: skip
     model = load_model()
     given = {k: float(v) for k, v in (a.split("=", 1) for a in args.base)}
 
@@ -226,7 +228,16 @@ def main() -> int:
         simulated = records_from_swf(read_swf(sim / slug(name) / "result.swf"))
         ag = agreement(measured, simulated)
         check = runtime_check(work, replay / slug(name) / "result.swf", alone)
+        # The work in each: at a high load a waiting job's response is the sum of the run times before
+        # it, so an error in the total run time comes back several times over in the mean response.
+        run_m, run_s = sum(r.end - r.start for r in measured), sum(r.end - r.start for r in simulated)
+        wait_m = statistics.mean(r.start - r.submit for r in measured)
+        wait_s = statistics.mean(r.start - r.submit for r in simulated)
+        print(f"{name}: total run time measured {run_m:.1f} s, simulated {run_s:.1f} s ({run_s / run_m - 1:+.1%}); "
+              f"mean wait measured {wait_m:.1f} s, simulated {wait_s:.1f} s")  # fmt: skip
         result[name] = {"jobs": ag.jobs, "mean_measured_s": round(ag.mean_measured, 2),
+                        "run_sum_measured_s": round(run_m, 1), "run_sum_simulated_s": round(run_s, 1),
+                        "mean_wait_measured_s": round(wait_m, 2), "mean_wait_simulated_s": round(wait_s, 2),
                         "mean_simulated_s": round(ag.mean_simulated, 2), "mean_error": round(ag.mean_error, 4),
                         "spearman": round(ag.spearman, 3), "t1": base, "runtime_check": check,
                         "dedicated_runs": {f"{k}@{n}": v for (k, n), v in sorted(samples.items())}}  # fmt: skip

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from vmsched.vmruntime.shmclean import MPICH_PREFIX, unmapped
 from vmsched.vmruntime.testing import DaemonLeak, Manager
 
 BIN = Path(sys.executable).parent
@@ -111,6 +112,43 @@ def no_leftover_shm() -> Iterator[None]:
     yield
     leaked = {n for n in vmsched_shm_entries() if any(i in n for i in STARTED_INSTANCES)}
     assert not leaked, f"tests left shared memory behind: {sorted(leaked)}"
+
+
+def mpich_segments() -> dict[str, int]:
+    """MPICH's segments in /dev/shm: path -> inode (a name may be made again)."""
+    out = {}
+    with os.scandir("/dev/shm") as entries:
+        for e in entries:
+            if e.path.startswith(MPICH_PREFIX):
+                try:
+                    out[e.path] = e.inode()
+                except OSError:
+                    continue
+    return out
+
+
+# How long a test's killed job may take to have its segments removed by whoever started it (the CPU
+# manager removes them at the job's release, a supervisor once the job's processes are gone).
+SEGMENT_CLEANUP_S = 5.0
+
+
+@pytest.fixture(autouse=True)
+def no_leaked_mpich_segment() -> Iterator[None]:
+    """No MPICH segment that appeared during a test may be left unmapped after it: a job's killed ranks
+    leave theirs, and whatever started the job must remove them. (A segment some other work on the
+    node makes and still maps is not counted; one it abandons would be: run the suite alone.)"""
+    before = mpich_segments()
+    yield
+
+    def left() -> set[str]:
+        return unmapped({p for p, ino in mpich_segments().items() if before.get(p) != ino})
+
+    deadline = time.monotonic() + SEGMENT_CLEANUP_S
+    while (leaked := left()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    for path in leaked:  # the next tests should not trip over them
+        Path(path).unlink(missing_ok=True)
+    assert not leaked, f"the test left MPICH segments behind: {sorted(leaked)}"
 
 
 @pytest.fixture

@@ -169,3 +169,53 @@ def test_another_users_job_is_watched_as_that_user_and_only_its_own_segments_rem
     finally:
         foreign.unlink()
         own.unlink(missing_ok=True)
+
+
+# A job whose ranks die inside MPI_Init, before the supervisor's first look: it makes and maps a segment
+# and ends at once. It also makes one that a process it leaves behind keeps mapped (a live job's).
+SHORT_JOB = """
+import mmap, os, subprocess, sys
+orphan, busy = sys.argv[1], sys.argv[2]
+for path in (orphan, busy):
+    fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o600)
+    os.ftruncate(fd, 4096)
+    m = mmap.mmap(fd, 4096)
+holder = subprocess.Popen([sys.executable, "-c", "import mmap, os, sys, time; "
+                           "m = mmap.mmap(os.open(sys.argv[1], os.O_RDWR), 4096); print(flush=True); time.sleep(30)",
+                           busy], stdout=subprocess.PIPE, start_new_session=True)
+holder.stdout.readline()
+print(holder.pid, flush=True)
+"""
+
+
+def test_a_segment_orphaned_before_the_first_look_is_removed_and_no_other():
+    from vmsched.vmruntime.supervisor import supervise
+
+    tag = f"vmsup-orphan-{os.getpid()}"
+    orphan, busy, old = (Path(f"/dev/shm/mpich_shm_{tag}-{n}") for n in ("orphan", "busy", "old"))
+    old.write_bytes(b"\0" * 4096)  # unmapped, but made before the job: not the job's
+    time.sleep(0.2)
+    holder = None
+    try:
+        out = []
+
+        def start() -> subprocess.Popen:
+            p = subprocess.Popen([sys.executable, "-c", SHORT_JOB, str(orphan), str(busy)], stdout=subprocess.PIPE,
+                                 text=True)  # fmt: skip
+            out.append(p)
+            return p
+
+        o = supervise(start, 5.0)
+        holder = int(out[0].stdout.read().split()[0])
+        assert o.exit_code == 0
+        assert o.removed_shm == [str(orphan)] and not orphan.exists()
+        assert busy.exists() and old.exists()  # mapped by a live process / older than the job
+    finally:
+        if holder is not None:
+            os.kill(holder, signal.SIGKILL)
+            with pytest.raises(ChildProcessError):
+                os.waitpid(holder, 0)  # not our child: reaped by init; wait for it to be gone instead
+            wait_for(lambda: not psutil.pid_exists(holder) or psutil.Process(holder).status() == "zombie",
+                     what="the holder to end")  # fmt: skip
+        for path in (orphan, busy, old):
+            path.unlink(missing_ok=True)

@@ -1,12 +1,15 @@
 """MPICH's intranode segments (/dev/shm/mpich_shm_*) are removed at MPI_Finalize; a job whose ranks
 were killed leaves them behind. Whoever starts a job notes what its processes map while it runs and
-removes what is left once they are all gone (the same rule as vmsched.launcher.shim)."""
+removes what is left once they are all gone (the same rule as vmsched.launcher.shim); a segment made
+and orphaned between two looks (ranks killed inside MPI_Init) is found at the end by `orphaned`."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import stat
+import time
 
 import psutil
 
@@ -35,6 +38,91 @@ def shm_segments(pid: int) -> set[str]:
     except psutil.Error:
         return set()
     return set().union(*(mapped_segments(p) for p in pids))
+
+
+# A segment younger than this may be one that another job of the same user has just made and not yet
+# mapped (MPICH maps it right after creating it): such a candidate is looked at again after this long.
+SETTLE_S = 0.3
+# The kernel stamps a file's ctime from its coarse clock, a tick behind time.time() at most.
+CLOCK_SLACK_S = 0.05
+
+
+def orphaned(uid: int, since: float) -> set[str]:
+    """MPICH segments owned by `uid`, made or changed since `since` (wall clock, the job's start), that
+    no process maps: those of a job whose ranks were killed between two of its supervisor's looks.
+
+    Only what can be seen counts as unmapped: if the maps of a process that could map such a segment
+    (one of `uid`'s or root's, but init, whose maps a container may hide even from root) cannot be
+    read, nothing is called orphaned. A segment another live job of
+    the same user maps is never one; one made in the last SETTLE_S is looked at again after that long.
+    """
+    found = _unmapped(_made_since(uid, since), uid)
+    if found and _youngest(found) > time.time() - SETTLE_S:
+        time.sleep(SETTLE_S)
+        found = _unmapped(found & _made_since(uid, since), uid)
+    return found
+
+
+def _youngest(paths: set[str]) -> float:
+    times = []
+    for path in paths:
+        with contextlib.suppress(OSError):
+            times.append(os.lstat(path).st_ctime)
+    return max(times, default=0.0)
+
+
+def _made_since(uid: int, since: float) -> set[str]:
+    out = set()
+    with os.scandir("/dev/shm") as entries:
+        for e in entries:
+            if e.name.startswith(MPICH_PREFIX.removeprefix("/dev/shm/")):
+                try:
+                    st = e.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                if stat.S_ISREG(st.st_mode) and st.st_uid == uid and st.st_ctime >= since - CLOCK_SLACK_S:
+                    out.add(e.path)
+    return out
+
+
+def unmapped(candidates: set[str]) -> set[str]:
+    """Those of `candidates` that no process maps, as far as can be seen (processes whose maps cannot
+    be read are skipped)."""
+    return _unmapped(candidates, None)
+
+
+def _unmapped(candidates: set[str], uid: int | None) -> set[str]:
+    if not candidates:
+        return set()
+    left = set(candidates)
+    unreadable = [p.pid for p in psutil.process_iter(["uids"]) if not _drop_mapped(p.pid, left) and _may_map(p, uid)]
+    for _ in range(3):  # a process in the middle of exec or exit may refuse for a moment
+        if not unreadable or not left:
+            break
+        time.sleep(0.1)
+        unreadable = [pid for pid in unreadable if not _drop_mapped(pid, left)]
+    return set() if unreadable else left
+
+
+def _may_map(proc: psutil.Process, uid: int | None) -> bool:
+    """Whether `proc` (whose maps could not be read) might map a segment of `uid`'s: init never does."""
+    uids = proc.info["uids"]
+    return uid is not None and proc.pid != 1 and (uids is None or uids.effective in (0, uid))
+
+
+def _drop_mapped(pid: int, left: set[str]) -> bool:
+    """Remove from `left` what `pid` maps; False if its maps cannot be read (a process gone is read)."""
+    try:
+        with open(f"/proc/{pid}/maps") as f:
+            for line in f:
+                i = line.find(MPICH_PREFIX)
+                if i >= 0:
+                    left.discard(line[i:].rstrip("\n").removesuffix(" (deleted)"))
+    except (FileNotFoundError, ProcessLookupError):
+        pass  # gone meanwhile
+    except OSError:
+        return False
+    return True
 
 
 def remove_owned(path: str, uid: int) -> bool:

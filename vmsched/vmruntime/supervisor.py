@@ -25,7 +25,7 @@ from types import FrameType
 
 import psutil
 
-from vmsched.vmruntime.shmclean import remove_owned, shm_segments
+from vmsched.vmruntime.shmclean import orphaned, remove_owned, shm_segments
 
 HYDRA_EXIT_S = 2.0  # after its ranks are killed, hydra exits by itself within this
 # How often the job's /dev/shm mappings are noted: often at first (a job may be killed within a second of its
@@ -76,17 +76,20 @@ def supervise(start: Callable[[], subprocess.Popen], grace_s: float,
     old = {s: signal.signal(s, forward) for s in forwarded}
     old.update({s: signal.signal(s, signal.SIG_IGN) for s in ignored})
     try:
+        since = time.time()
         child = start()
         for s in pending:
             with contextlib.suppress(ProcessLookupError):
                 child.send_signal(s)
-        return _wait(child, signalled, grace_s, owner)
+        return _wait(child, signalled, grace_s, owner, since)
     finally:
         for s, h in old.items():
             signal.signal(s, h)
 
 
-def _wait(child: subprocess.Popen, signalled: list[float], grace_s: float, owner: tuple[int, int] | None) -> Outcome:
+def _wait(
+    child: subprocess.Popen, signalled: list[float], grace_s: float, owner: tuple[int, int] | None, since: float
+) -> Outcome:
     uid = os.geteuid() if owner is None else owner[0]
     notes = SegmentNotes(child.pid, owner if owner is not None and os.geteuid() == 0 and uid != 0 else None)
     began = time.monotonic()
@@ -107,6 +110,8 @@ def _wait(child: subprocess.Popen, signalled: list[float], grace_s: float, owner
                     kill_tree(child)
     finally:
         segments = notes.close()
+    # Ranks killed inside MPI_Init, between two looks, leave a segment nobody was seen to map.
+    segments |= orphaned(uid, since)
     removed = [p for p in sorted(segments) if remove_owned(p, uid)]
     return Outcome(exit_status(rc), escalated, removed, sorted(segments))
 

@@ -18,7 +18,7 @@ import psutil
 from vmsched.config import Config, load_config
 from vmsched.cpumanager.client import CpuManagerClient
 from vmsched.protocol import DaemonUnavailable
-from vmsched.vmruntime.shmclean import remove_leftovers, shm_segments
+from vmsched.vmruntime.shmclean import orphaned, remove_leftovers, shm_segments
 
 PY = sys.executable
 
@@ -213,6 +213,10 @@ def end_job(proc: subprocess.Popen, sig: int = signal.SIGTERM) -> None:
     /dev/shm segments its killed ranks leave behind."""
     kids = descendants(proc.pid)
     mapped = shm_segments(proc.pid)
+    try:
+        since = psutil.Process(proc.pid).create_time()
+    except psutil.Error:
+        since = time.time()
     if proc.poll() is None:
         proc.send_signal(sig)
         try:
@@ -226,7 +230,7 @@ def end_job(proc: subprocess.Popen, sig: int = signal.SIGTERM) -> None:
         except psutil.NoSuchProcess:
             pass
     psutil.wait_procs(kids, timeout=10)
-    remove_leftovers(mapped)
+    remove_leftovers(mapped | orphaned(os.geteuid(), since))
 
 
 def shm_entries(cfg: Config) -> list[str]:

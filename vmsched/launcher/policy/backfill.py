@@ -15,7 +15,7 @@ import math
 from . import plan_cache
 from .profile import FreeProfile, ShadowProfile
 from .sizes import Shape, estimate_at
-from .snapshot import QueuedJob
+from .snapshot import QueuedJob, RunningJob
 from .start_rules import StartRule, fold_note
 from .workspace import Workspace
 
@@ -63,41 +63,23 @@ def backfill(ws: Workspace, rule: StartRule, head: QueuedJob) -> None:
     if free <= 0 and not suspended:
         return  # every shape needs a CPU
     room = free * limit
-    in_reach = [j for j in ws.ordered() if j.floor_cpus <= free and j.min_procs <= room and j is not head]
-    if not in_reach and not suspended:
-        return
     depth = DEPTHS[ws.cfg.backfill]
     profile: FreeProfile | ShadowProfile
-    if depth == math.inf:
-        profile, plan, order = plan_cache.plan(ws, rule)
-    elif depth == 1 and not suspended:  # EASY: the same answers from two numbers
+    if depth == 1 and not suspended:
+        # EASY with nothing suspended, the common case at archive scale: the head's reservation from two
+        # numbers, then one pass over the queue with all the bounds below at once.
         profile, plan = shadow_reservation(ws, rule)
+        span = profile.spans(free)
+        candidates = [j for j in ws.ordered()
+                      if j.floor_cpus <= free and j.min_procs <= room and j.estimate <= span[j.floor_cpus]
+                      and j is not head]  # fmt: skip
+        order = None
     else:
-        profile, plan = reservations(ws, rule, depth)
-
-    # Suspended jobs first: they already ran and hold memory. Their progress is unknown, so they are
-    # expected to need their whole estimate again.
-    for r in suspended:
-        if r.job_id in ws.touched:
-            continue
-        shape, duration = Shape(r.nranks, r.max_mpl), r.estimate
-        if profile.min_free(ws.now, ws.now + duration) >= shape.cpus and ws.free_now() >= shape.cpus:
-            profile.reserve(ws.now, ws.now + duration, shape.cpus)
-            until, held = ws.now + duration, _describe_plan(plan, head, depth, r.job_id)
-            ws.resume(r.job_id, until, f"{ws.cfg.backfill} backfill: resume until t={until:g} {held}")
-
-    # Another bound, from the profile: at least `floor` CPUs must stay free from now for the job's
-    # shortest run; a job holding a reservation [s, e) gets its own CPUs back only from s on.
-    span = profile.spans(max(free, 0))  # `free` from before the resumptions: in_reach's bound
+        general = _general(ws, rule, head, depth, suspended, free, room)
+        if general is None:
+            return
+        profile, plan, candidates, order = general
     free = ws.free_now()
-    if len(plan) == (head.job_id in plan):  # EASY: only the head (not in reach) holds a reservation
-        candidates = [j for j in in_reach if j.estimate <= span[j.floor_cpus]]
-    else:
-        candidates = []
-        for j in in_reach:
-            own = plan.get(j.job_id)
-            if (j.estimate if own is None else min(j.estimate, own[0] - ws.now)) <= span[j.floor_cpus]:
-                candidates.append(j)
     for job in candidates:
         if free <= 0:
             break  # every shape needs a CPU: nothing else can start now
@@ -122,8 +104,47 @@ def backfill(ws: Workspace, rule: StartRule, head: QueuedJob) -> None:
                     break
         if own is not None:
             profile.reserve(*own)
-    if depth == math.inf:
+    if order is not None:
         plan_cache.remember(ws, profile, order)
+
+
+def _general(
+    ws: Workspace, rule: StartRule, head: QueuedJob, depth: float, suspended: list[RunningJob], free: int, room: int
+) -> tuple[FreeProfile, dict[int, tuple[float, float, int]], list[QueuedJob], tuple[list, list] | None] | None:
+    """backfill's profile, plan, candidates and (conservative) the plan's order, for every case but EASY
+    with nothing suspended; suspended jobs that fit are resumed here. None when nothing can start or
+    continue."""
+    in_reach = [j for j in ws.ordered() if j.floor_cpus <= free and j.min_procs <= room and j is not head]
+    if not in_reach and not suspended:
+        return None
+    order = None
+    if depth == math.inf:
+        profile, plan, order = plan_cache.plan(ws, rule)
+    else:
+        profile, plan = reservations(ws, rule, depth)
+
+    # Suspended jobs first: they already ran and hold memory. Their progress is unknown, so they are
+    # expected to need their whole estimate again.
+    for r in suspended:
+        if r.job_id in ws.touched:
+            continue
+        shape, duration = Shape(r.nranks, r.max_mpl), r.estimate
+        if profile.min_free(ws.now, ws.now + duration) >= shape.cpus and ws.free_now() >= shape.cpus:
+            profile.reserve(ws.now, ws.now + duration, shape.cpus)
+            until, held = ws.now + duration, _describe_plan(plan, head, depth, r.job_id)
+            ws.resume(r.job_id, until, f"{ws.cfg.backfill} backfill: resume until t={until:g} {held}")
+
+    # Another bound, from the profile: at least `floor` CPUs must stay free from now for the job's
+    # shortest run; a job holding a reservation [s, e) gets its own CPUs back only from s on.
+    span = profile.spans(max(free, 0))  # `free` from before the resumptions: in_reach's bound
+    if len(plan) == (head.job_id in plan):  # only the head (not in reach) holds a reservation
+        return profile, plan, [j for j in in_reach if j.estimate <= span[j.floor_cpus]], order
+    candidates = []
+    for j in in_reach:
+        own = plan.get(j.job_id)
+        if (j.estimate if own is None else min(j.estimate, own[0] - ws.now)) <= span[j.floor_cpus]:
+            candidates.append(j)
+    return profile, plan, candidates, order
 
 
 def _describe_plan(plan: dict[int, tuple[float, float, int]], head: QueuedJob, depth: float, job_id: int) -> str:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, unsafe_hash=True)  # never modified once made; not frozen for speed (snapshot.RunningJob)
 class Start:
     """Start a queued job with `nranks` ranks; the CPU manager may fold it down to ceil(nranks/max_mpl)."""
 
