@@ -81,6 +81,8 @@ class Launcher:
         lc = cfg.launcher
         self.meter = EnergyMeter(lc.energy_source, lc.rapl_root, lc.power_idle_w, lc.power_max_w)
         self.segments: dict[int, list[tuple[float, int]]] = {}  # job -> partition sizes since the last reading
+        # Jobs whose shim has written its end but that are not reaped yet: their energy ends at that end.
+        self.energy_ended: set[int] = set()
         self.energy_last = time.time()
 
     # -- startup ---------------------------------------------------------------------------------
@@ -353,6 +355,7 @@ class Launcher:
             event(log, "release", logging.WARNING, job=job.id, reason="the CPU manager did not answer")
         status = runner.read_status(self.cfg, job.id)
         now = time.time()
+        self.energy_ended.discard(job.id)
         segments = self.segments.get(job.id)
         if segments is not None:  # its partition is gone from its end on; its energy is accounted up to then
             segments.append((max(segments[-1][0], min(now, (status or {}).get("end_time") or now)), 0))
@@ -385,6 +388,13 @@ class Launcher:
         for j, seg in self.segments.items():
             if j not in active and seg[-1][1]:  # gone without _ended seeing a partition (CPU manager lagging)
                 seg.append((max(seg[-1][0], t0), 0))
+            elif seg[-1][1]:
+                # Ended but not reaped yet (the shim's interpreter is still exiting): its CPU-seconds, and so
+                # its energy, end at the end its shim wrote, not at this reading.
+                end = (runner.read_status(self.cfg, j) or {}).get("end_time")
+                if end is not None:
+                    seg.append((max(seg[-1][0], min(end, now)), 0))
+                    self.energy_ended.add(j)
         cpu_s = {j: cpu_seconds_between(seg, t0, now) for j, seg in self.segments.items()}
         node = self.meter.interval_energy(now - t0, self.ncpus, sum(cpu_s.values()))
         shares, rest = split_energy(node, now - t0, self.ncpus, self.cfg.launcher.power_idle_w, cpu_s)
@@ -429,9 +439,10 @@ class Launcher:
             cur = {"cpus": j["cpus"], "mpl": j["mpl"], "queue": j["queue"], "lbd": j["lbd"], "ip": j["ip"],
                    "cvcs": j["cvcs"], "max_mpl": j["max_mpl"]}  # fmt: skip
             old = self.partitions.get(j["job"])
-            seg = self.segments.setdefault(j["job"], [(now, len(j["cpus"]))])
-            if seg[-1][1] != len(j["cpus"]):
-                seg.append((now, len(j["cpus"])))
+            if j["job"] not in self.energy_ended:
+                seg = self.segments.setdefault(j["job"], [(now, len(j["cpus"]))])
+                if seg[-1][1] != len(j["cpus"]):
+                    seg.append((now, len(j["cpus"])))
             key = ("cpus", "mpl", "queue", "lbd")
             if old is None or any(old[k] != cur[k] for k in key):
                 if self.store.job(j["job"]) is not None:
