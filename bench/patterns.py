@@ -31,6 +31,7 @@ import argparse
 import json
 import math
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -104,10 +105,17 @@ class Program:
 
 
 def run(cmd: list[str], prog: Program, env: dict[str, str] | None = None) -> Run:
-    res = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
-    if res.returncode not in (0, 1):
-        raise RuntimeError(f"{' '.join(cmd)} exited {res.returncode}: {res.stderr[-1500:]}")
-    return prog.parse(res.stdout)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        stdout, stderr = proc.communicate(timeout=600)
+    except BaseException:
+        # Interrupted (Ctrl-C, SIGTERM, the timeout): not only mpiexec but its ranks, and the MPICH
+        # segment they leave, must go (subprocess.run would kill mpiexec alone).
+        end_job(proc, signal.SIGKILL)
+        raise
+    if proc.returncode not in (0, 1):
+        raise RuntimeError(f"{' '.join(cmd)} exited {proc.returncode}: {stderr[-1500:]}")
+    return prog.parse(stdout)
 
 
 def start_compute(cmd: list[str], env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
@@ -157,6 +165,9 @@ def calibrate(m: Manager, prog: Program, nranks: int, cpus: int, min_s: float) -
 
 
 def main() -> int:
+    # SIGTERM unwinds like Ctrl-C, so that the private CPU manager, the jobs and the build directory
+    # are cleaned up (by default a SIGTERM ends the process without running any `finally`).
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--programs", help="comma-separated patterns and apps (default: all)")
     p.add_argument("--shapes", help="comma-separated RANKSxCPUS (default 2x1,4x1,4x2,8x2)")
