@@ -18,6 +18,11 @@ from vmsched.cpumanager.shm_layout import MPICH_SHM_PREFIX as MPICH_PREFIX
 
 def mapped_segments(pid: int, prefix: str = "/dev/shm/") -> set[str]:
     """POSIX shared-memory files under `prefix` that `pid` maps, never vmsched's own (/proc/<pid>/maps)."""
+    return _read_maps(pid, prefix) or set()
+
+
+def _read_maps(pid: int, prefix: str) -> set[str] | None:
+    """mapped_segments, or None if the maps cannot be read (a process that is gone maps nothing)."""
     found: set[str] = set()
     try:
         with open(f"/proc/{pid}/maps") as f:
@@ -25,8 +30,10 @@ def mapped_segments(pid: int, prefix: str = "/dev/shm/") -> set[str]:
                 i = line.find(prefix)
                 if i >= 0 and "vmsched" not in line:
                     found.add(line[i:].rstrip("\n").removesuffix(" (deleted)"))
+    except (FileNotFoundError, ProcessLookupError):
+        pass  # gone meanwhile
     except OSError:
-        pass
+        return None
     return found
 
 
@@ -53,8 +60,8 @@ def orphaned(uid: int, since: float) -> set[str]:
 
     Only what can be seen counts as unmapped: if the maps of a process that could map such a segment
     (one of `uid`'s or root's, but init, whose maps a container may hide even from root) cannot be
-    read, nothing is called orphaned. A segment another live job of
-    the same user maps is never one; one made in the last SETTLE_S is looked at again after that long.
+    read, nothing is called orphaned. A segment another live job of the same user maps is never one;
+    one made in the last SETTLE_S is looked at again after that long.
     """
     found = _unmapped(_made_since(uid, since), uid)
     if found and _youngest(found) > time.time() - SETTLE_S:
@@ -111,17 +118,11 @@ def _may_map(proc: psutil.Process, uid: int | None) -> bool:
 
 
 def _drop_mapped(pid: int, left: set[str]) -> bool:
-    """Remove from `left` what `pid` maps; False if its maps cannot be read (a process gone is read)."""
-    try:
-        with open(f"/proc/{pid}/maps") as f:
-            for line in f:
-                i = line.find(MPICH_PREFIX)
-                if i >= 0:
-                    left.discard(line[i:].rstrip("\n").removesuffix(" (deleted)"))
-    except (FileNotFoundError, ProcessLookupError):
-        pass  # gone meanwhile
-    except OSError:
+    """Remove from `left` what `pid` maps; False if its maps cannot be read."""
+    found = _read_maps(pid, MPICH_PREFIX)
+    if found is None:
         return False
+    left -= found
     return True
 
 

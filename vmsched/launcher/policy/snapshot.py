@@ -1,7 +1,8 @@
 """What a policy sees: the wait queue, the running jobs and the time (SPEC §5).
 
-Plain frozen data, built by whoever drives the policy (the launcher daemon from its store, the simulator
-from its clock), so that the decision core never knows which of them it runs under.
+Plain data, never modified once built (QueuedJob frozen; the others not, for speed: see RunningJob),
+built by whoever drives the policy (the launcher daemon from its store, the simulator from its clock),
+so that the decision core never knows which of them it runs under.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ class QueuedJob:
         object.__setattr__(self, "floor_cpus", floor)
 
 
-# RunningJob, Snapshot and the decisions are built at every start and pass (several per job in the
+# RunningJob, Snapshot and the Start decision are built at every start and pass (several per job in the
 # simulator) and never modified once built, but not declared frozen: a frozen dataclass's __init__ sets
 # each field through object.__setattr__, and a RunningJob then took 3.1 us to build instead of 0.5 us
 # (bench/vmsim_speed.py's EASY case builds two per job). unsafe_hash keeps them hashable, as frozen did.
