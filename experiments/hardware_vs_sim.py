@@ -15,6 +15,12 @@ Steps (each a command, printed as it runs):
 4. vmsim of the workload under each policy with that policy's base times, --compare-with the replay.
 
     python experiments/hardware_vs_sim.py --out results-hw [--reps 1] [--replay DIR] [--dedicated DIR]
+    python experiments/hardware_vs_sim.py --out results-hw --policy fcfs+easy:abort --repeat 3
+
+--repeat K replays each policy K times (P1, P2, P1, P2, ... each between two rounds, replayK dirs,
+sim-<policy>-K dirs), compares each replay with its own simulation, and then the pool of them
+(compare.pooled): the same FCFS replay of one workload ranged over 18.7-31.4 s of mean response in seven
+runs on one day, so one pair cannot judge a 10 % target for it (docs/vmsim.md).
 
 --replay/--dedicated reuse runs already made (a round of step 2 takes about 4 minutes, each replay
 about 5.5). With --replay, step 2 is measured in --reps rounds, all used for every policy; a --dedicated
@@ -54,7 +60,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from vmsched.launcher.replay import slug  # noqa: E402
 from vmsched.sim.calibrate import FOREIGN_MAX_PCT, LoadMeter  # noqa: E402
-from vmsched.sim.compare import agreement  # noqa: E402
+from vmsched.sim.compare import Agreement, agreement, pooled  # noqa: E402
 from vmsched.sim.runtime_model import load_model, slowdown  # noqa: E402
 from vmsched.workloads.catalog import APPS  # noqa: E402
 from vmsched.workloads.metrics import records_from_swf  # noqa: E402
@@ -64,7 +70,6 @@ from vmsched.workloads.swf import read_swf  # noqa: E402
 BIN = Path(sys.executable).parent
 KEYS = ["ep.W", "mg.W", "ft.W", "cg.W", "sweep.W"]
 POLICIES = ["fcfs+easy:abort", "fjt[fjt_long_mpl=1]+easy:malleable"]
-NAMES = ["fcfs+easy:abort/fifo", "fjt[fjt_long_mpl=1]+easy:malleable/fifo"]  # as vmreplay names them
 CPUS = 2
 SIZES = (1, 2, 4)  # every rank count the allowed counts of KEYS let a policy choose on CPUS CPUs
 NOMINAL_T1 = ["--t1", "ep.W=19.6", "--t1", "mg.W=20.2", "--t1", "ft.W=15.3", "--t1", "cg.W=8.3", "--t1", "sweep.W=12.5"]
@@ -173,6 +178,16 @@ def runtime_check(work: Path, result: Path, alone: dict[tuple[str, int], float])
     return rows
 
 
+def bracketed(repeat: int, policies: list[str]) -> list[tuple[int, str]]:
+    """The replays of a bracketed run, in the order they are made: (repetition, policy), each with a
+    round of dedicated runs before and after it (round k before the k-th replay)."""
+    return [(rep, policy) for rep in range(repeat) for policy in policies]
+
+
+def replay_dir(out: Path, rep: int, repeat: int) -> Path:
+    return out / "replay" if repeat == 1 else out / f"replay{rep}"
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=Path("results-hw"))
@@ -180,9 +195,17 @@ def main() -> int:
     ap.add_argument("--dedicated", type=Path, help="reuse this vmreplay output of the dedicated runs")
     ap.add_argument("--util", type=float, default=0.85, help="offered load of the generated workload")
     ap.add_argument("--reps", type=int, default=1, help="dedicated runs per application and size in each round")
+    ap.add_argument("--policy", action="append", choices=POLICIES, help=f"policies to compare (default: {POLICIES})")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="replays of each policy (each bracketed); compared one by one and pooled")  # fmt: skip
     ap.add_argument("--base", action="append", default=[], metavar="KEY@N=SECONDS",
                     help="a base time given instead of measured (e.g. from an earlier run's vmsim.json)")  # fmt: skip
     args = ap.parse_args()
+    if args.repeat < 1 or args.reps < 1:
+        ap.error("--repeat and --reps must be at least 1")
+    if args.repeat > 1 and (args.replay or args.dedicated):
+        ap.error("--repeat measures afresh: leave out --replay and --dedicated")
+    policies = args.policy or POLICIES
     out = args.out.resolve()
     meter, foreign = LoadMeter(sorted(os.sched_getaffinity(0))), {}
     out.mkdir(parents=True, exist_ok=True)
@@ -196,57 +219,76 @@ def main() -> int:
     def fold(key: str, mpl: float) -> float:  # as vmsim --queue lbd folds: the better queue
         return min(slowdown(model, APPS[key].communication, q, mpl) for q in ("local", "global"))
 
+    order = bracketed(args.repeat, policies)
     replay, dedicated = args.replay, args.dedicated
-    if replay is None and dedicated is None:  # brackets: round 0, policy 1, round 1, policy 2, round 2
-        replay, dedicated = out / "replay", out / "dedicated"
+    bracketing = replay is None and dedicated is None
+    if bracketing:  # brackets: round 0, replay 1, round 1, replay 2, round 2, ...
+        dedicated = out / "dedicated"
         measure_dedicated(out, work, args.reps, meter, foreign, dedicated / "round0")
-        for i, policy in enumerate(POLICIES):
-            busy_sh(meter, foreign, f"replay {policy}", BIN / "vmreplay", work, "--private", "--policy", policy,
-                    "--out", replay)  # fmt: skip
-            measure_dedicated(out, work, args.reps, meter, foreign, dedicated / f"round{i + 1}")
+        for k, (rep, policy) in enumerate(order):
+            busy_sh(meter, foreign, f"replay {policy} #{rep}", BIN / "vmreplay", work, "--private", "--policy", policy,
+                    "--out", replay_dir(out, rep, args.repeat))  # fmt: skip
+            measure_dedicated(out, work, args.reps, meter, foreign, dedicated / f"round{k + 1}")
     elif dedicated is None:
         dedicated = measure_dedicated(out, work, args.reps, meter, foreign)
-    if replay is None:
+    if replay is None and not bracketing:
         replay = out / "replay"
         busy_sh(meter, foreign, "replay", BIN / "vmreplay", work, "--private",
-                *[a for p in POLICIES for a in ("--policy", p)], "--out", replay)  # fmt: skip
+                *[a for p in policies for a in ("--policy", p)], "--out", out / "replay")  # fmt: skip
     rounds = read_rounds(dedicated)
     result: dict[str, object] = {"rounds": len(rounds), "foreign_cpu_pct": foreign}
     if any(pct > FOREIGN_MAX_PCT for pct in foreign.values()):
         print(f"WARNING: other processes took more than {FOREIGN_MAX_PCT} % of the node during the real runs "
               f"({foreign}): the measured times say how busy the node was, not how good the simulation is")  # fmt: skip
-    for i, (policy, name) in enumerate(zip(POLICIES, NAMES, strict=True)):
-        samples = around(rounds, i, len(POLICIES))
+    agreements: dict[str, list[Agreement]] = defaultdict(list)
+    for k, (rep, policy) in enumerate(order):
+        name = f"{policy}/fifo"  # as vmreplay names it
+        replayed = replay if replay is not None else replay_dir(out, rep, args.repeat)
+        samples = around(rounds, k, len(order))
         base = base_times(samples, fold, given)
-        t1 = [a for k, v in base.items() for a in ("--t1", f"{k}={v:.3f}")]
+        t1 = [a for c, v in base.items() for a in ("--t1", f"{c}={v:.3f}")]
         # What a job alone takes in the simulation: the base time, folded above CPUS ranks.
-        alone = {(k, n): base[f"{k}@{n}"] * (n / CPUS * fold(k, n / CPUS) if n > CPUS else 1)
-                 for k in KEYS for n in SIZES}  # fmt: skip
-        sim = out / f"sim-{slug(name)}"
-        sh(BIN / "vmsim", work, *t1, "--policy", policy, "--compare-with", replay, "--out", sim)
-        measured = records_from_swf(read_swf(replay / slug(name) / "result.swf"))
+        alone = {(c, n): base[f"{c}@{n}"] * (n / CPUS * fold(c, n / CPUS) if n > CPUS else 1)
+                 for c in KEYS for n in SIZES}  # fmt: skip
+        sim = out / (f"sim-{slug(name)}" if args.repeat == 1 else f"sim-{slug(name)}-{rep}")
+        sh(BIN / "vmsim", work, *t1, "--policy", policy, "--compare-with", replayed, "--out", sim)
+        measured = records_from_swf(read_swf(replayed / slug(name) / "result.swf"))
         simulated = records_from_swf(read_swf(sim / slug(name) / "result.swf"))
         ag = agreement(measured, simulated)
-        check = runtime_check(work, replay / slug(name) / "result.swf", alone)
+        agreements[name].append(ag)
+        check = runtime_check(work, replayed / slug(name) / "result.swf", alone)
         # The work in each: at a high load a waiting job's response is the sum of the run times before
         # it, so an error in the total run time comes back several times over in the mean response.
         run_m, run_s = sum(r.end - r.start for r in measured), sum(r.end - r.start for r in simulated)
         wait_m = statistics.mean(r.start - r.submit for r in measured)
         wait_s = statistics.mean(r.start - r.submit for r in simulated)
-        print(f"{name}: total run time measured {run_m:.1f} s, simulated {run_s:.1f} s ({run_s / run_m - 1:+.1%}); "
+        label = name if args.repeat == 1 else f"{name} #{rep}"
+        print(f"{label}: total run time measured {run_m:.1f} s, simulated {run_s:.1f} s ({run_s / run_m - 1:+.1%}); "
               f"mean wait measured {wait_m:.1f} s, simulated {wait_s:.1f} s")  # fmt: skip
-        result[name] = {"jobs": ag.jobs, "mean_measured_s": round(ag.mean_measured, 2),
-                        "run_sum_measured_s": round(run_m, 1), "run_sum_simulated_s": round(run_s, 1),
-                        "mean_wait_measured_s": round(wait_m, 2), "mean_wait_simulated_s": round(wait_s, 2),
-                        "mean_simulated_s": round(ag.mean_simulated, 2), "mean_error": round(ag.mean_error, 4),
-                        "spearman": round(ag.spearman, 3), "t1": base, "runtime_check": check,
-                        "dedicated_runs": {f"{k}@{n}": v for (k, n), v in sorted(samples.items())}}  # fmt: skip
-        print(f"{name}: run-time check (median run time in the replay; alone, as simulated):")
+        result[label] = {"jobs": ag.jobs, "mean_measured_s": round(ag.mean_measured, 2),
+                         "run_sum_measured_s": round(run_m, 1), "run_sum_simulated_s": round(run_s, 1),
+                         "mean_wait_measured_s": round(wait_m, 2), "mean_wait_simulated_s": round(wait_s, 2),
+                         "mean_simulated_s": round(ag.mean_simulated, 2), "mean_error": round(ag.mean_error, 4),
+                         "spearman": round(ag.spearman, 3), "t1": base, "runtime_check": check,
+                         "dedicated_runs": {f"{c}@{n}": v for (c, n), v in sorted(samples.items())}}  # fmt: skip
+        print(f"{label}: run-time check (median run time in the replay; alone, as simulated):")
         for row in check:
             print(f"  {row['app']}@{row['ranks']}: {row['jobs']} jobs, replay {row['replay_median_s']} s, alone "
                   f"{row['alone_s']} s, error {row['error']:+.1%}")  # fmt: skip
-        print(f"{name}: {ag.jobs} jobs, mean response measured {ag.mean_measured:.1f} s, simulated "
+        print(f"{label}: {ag.jobs} jobs, mean response measured {ag.mean_measured:.1f} s, simulated "
               f"{ag.mean_simulated:.1f} s ({100 * ag.mean_error:+.1f} %), Spearman {ag.spearman:.3f}")  # fmt: skip
+    if args.repeat > 1:
+        for name, ags in agreements.items():
+            pool = pooled(ags)
+            spread = [round(ag.mean_measured, 2) for ag in ags]
+            print(f"{name}, {len(ags)} replays pooled: mean response measured {pool.mean_measured:.1f} s (the "
+                  f"replays' own: {spread}), simulated {pool.mean_simulated:.1f} s ({100 * pool.mean_error:+.1f} %), "
+                  f"Spearman {pool.spearman:.3f}")  # fmt: skip
+            result[f"{name} pooled"] = {"replays": len(ags), "replay_means_s": spread,
+                                        "mean_measured_s": round(pool.mean_measured, 2),
+                                        "mean_simulated_s": round(pool.mean_simulated, 2),
+                                        "mean_error": round(pool.mean_error, 4),
+                                        "spearman": round(pool.spearman, 3)}  # fmt: skip
     print(json.dumps(result))
     return 0
 

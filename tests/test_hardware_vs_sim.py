@@ -115,3 +115,29 @@ def test_each_policy_gets_the_rounds_around_its_replay(tmp_path: Path) -> None:
     flat = tmp_path / "flat"
     _result(flat / "ep.W@2" / "r0" / "fcfs_fifo" / "result.swf", [(0, 0.0, 9.0, 2)])
     assert hw.read_rounds(flat) == [{("ep.W", 2): [9.0]}]
+
+
+def test_repeated_replays_are_bracketed_in_turn_and_each_gets_its_own_rounds() -> None:
+    """--repeat 2 with two policies: P1, P2, P1, P2, each between round k and round k + 1."""
+    order = hw.bracketed(2, ["a", "b"])
+    assert order == [(0, "a"), (0, "b"), (1, "a"), (1, "b")]
+    rounds = [{("ep.W", 1): [float(r)]} for r in range(len(order) + 1)]
+    assert [hw.around(rounds, k, len(order)) for k in range(len(order))] == [
+        {("ep.W", 1): [float(k), float(k + 1)]} for k in range(len(order))
+    ]
+    assert hw.replay_dir(Path("o"), 1, 2) == Path("o/replay1") and hw.replay_dir(Path("o"), 0, 1) == Path("o/replay")
+
+
+def test_pooled_agreement_compares_each_jobs_mean_over_the_replays() -> None:
+    """Two replays that err in opposite directions pool to the mean of each job's responses."""
+    from vmsched.sim.compare import Agreement, pooled
+    from vmsched.workloads.errors import WorkloadError
+
+    a = Agreement(3, 0, 0, 0, 0, ((1, 10.0, 9.0), (2, 20.0, 22.0), (3, 30.0, 27.0)))
+    b = Agreement(3, 0, 0, 0, 0, ((1, 14.0, 11.0), (2, 30.0, 24.0), (3, 40.0, 45.0)))
+    pool = pooled([a, b])
+    assert pool.per_job == ((1, 12.0, 10.0), (2, 25.0, 23.0), (3, 35.0, 36.0))
+    assert pool.mean_measured == pytest.approx(24.0) and pool.mean_simulated == pytest.approx(23.0)
+    assert pool.mean_error == pytest.approx(-1 / 24) and pool.spearman == pytest.approx(1.0)
+    with pytest.raises(WorkloadError, match="same number of jobs"):
+        pooled([a, Agreement(1, 0, 0, 0, 0, ((1, 1.0, 1.0),))])

@@ -21,6 +21,22 @@ trace read at most 7.1 %, hence 0.2 s. Unloaded that is 0.4 s of wall time for 4
 (the old rule: 10 steady quanta, then 50 quanta); under load the window grows with the load instead
 of losing its accuracy. A first decision that was wrong is corrected by the re-checks below.
 
+Short windows for short phases (ours): that error is one phase per rank at each end, so what a window
+needs is phases, not seconds, and every compute phase ends at an MPI call. A ring of 4 ranks folded 2
+per CPU makes some 150,000 MPI calls per CPU second of its ranks; its 0.2 s window took 0.75 s of wall
+time, and the 1.4 s ring spent 80 % of its run measuring on the global queue, which runs it at half
+the speed of local queues. The first window therefore also closes once the ranks have made, on
+average, `window_calls` (200) MPI calls each in it and used `window_min_cpu_s` (0.03 s) of CPU each:
+the ring then decides after some 0.1 s. A job of 8.5 ms phases (send.S: some 210 calls per CPU second)
+needs its 0.2 s as before. Counted in calls, not in the ranks' `ctx_switches`: a balanced send.S gives
+up its CPU some 5,500 times per CPU second on the global queue (each wait hands the token round), and a
+window of 100 of those read IP 15 %. Calls bound phases only from above (several calls may end one
+phase), hence 200 rather than the 100 phases that would make the error 2 %; a wrong first decision is
+corrected as below. The re-check windows of a job decided global close by the same rule: the ring,
+which reads IP 9-13 % in its first window in one run in three (its ranks' share of the CPU on the global
+queue depends on the token's hand-offs as much as on the program) and 0-5 % in the next, then reaches
+local queues after two short windows instead of two of 0.2 s.
+
 Local trial (ours): the thesis's premise, balanced -> local queues are faster, does not hold for every
 pattern now that the global queue hands the token to a rank that can make progress: folded onto one
 CPU (where the local queue is plain round robin) a pipeline ran 3.1x slower on local queues
@@ -33,6 +49,16 @@ ranks that cannot go on burns the CPU in hand-offs and polls, which this sees, w
 which changes from one window to the next, cancels out (per quantum, the trial sent balanced jobs
 back to the global queue at load 11). The margin is 20 %: a balanced send.S read 182-216 calls per
 CPU second on the global queue and 182-209 on local queues from one window to the next (load 11).
+
+Reverse trial (ours): the idleness that the global queue shows is partly its own making. A ring of 4
+ranks folded 2 per CPU reads IP 9-19 % there in one run in three (which ranks get the CPU depends on
+the token's hand-offs as much as on the program), and then stayed on the global queue, at half the
+speed of local queues. So a job whose first window reads IP at or above the threshold but below
+threshold + `reverse_band` (20 %) is tried on local queues as a job decided local is, and keeps them
+only if they made more than `trial_margin` (20 %) *more* progress per CPU second than the global window:
+the ring made 30 % more (188,735 and 212,648 calls per CPU second locally against 144,063 and 162,981);
+send.50x6, at IP 23-37 %, is never tried. A job that fails it stays on the global queue until its next
+periodic re-measure, like one whose local trial failed.
 
 Deciding again (ours): the pattern of a job may change. On the global queue CPU time is a fair measure
 of work (a rank without a token sleeps), so a decided-global job keeps measuring windows of
@@ -61,6 +87,8 @@ class LbdParams:
     stable_quanta: int = 10
     ip_quanta: int = 300  # the first window closes after this many quanta even if short of CPU time
     window_cpu_s: float = 0.2
+    window_calls: float = 200.0  # ... or as soon as the ranks made this many MPI calls each in it
+    window_min_cpu_s: float = 0.03  # ... and this much CPU time each
     remeasure_quanta: int = 1000
     min_switches: float = 4.0
     busy_switches: float = 50.0
@@ -71,6 +99,7 @@ class LbdParams:
     hysteresis: float = 0.03
     confirm: int = 2
     trial_margin: float = 0.20
+    reverse_band: float = 0.10  # a first window with IP below threshold + this is tried on local queues
     trial_min_quanta: int = 10
 
 
@@ -80,6 +109,8 @@ class LbdState:
     cvcs: float | None = None
     stable_count: int = 0
     base_user: tuple[float, ...] = ()  # CPU times at the start of the open window
+    short_phases: bool = False  # the last window closed on its count of calls: sample as often as at first
+    reverse: bool = False  # the running local trial is of a job the first window found imbalanced
     quanta_stable: int = 0  # quanta since the window opened
     ip: float | None = None  # IP of the last closed window
     local: bool | None = None  # the decision, once phase is LBD_DECIDED (while re-measuring: the last one)
@@ -109,7 +140,7 @@ class LbdState:
             return _trial_due(self, params)  # the end of a local trial
         if self.phase == LBD_DECIDED and (self.local or self.hold_global):
             return False  # local queues: CPU time is no measure of idleness (see the module docstring)
-        every = params.sample_quanta if self.phase == LBD_STABLE else params.recheck_sample_quanta
+        every = params.sample_quanta if self.phase == LBD_STABLE or self.short_phases else params.recheck_sample_quanta
         nxt = self.quanta_stable + 1
         return nxt % every == 0 or (self.phase == LBD_STABLE and nxt >= params.ip_quanta)
 
@@ -176,10 +207,14 @@ def _trial(state: LbdState, calls: float, times: Sequence[float] | None, since: 
     if cpu <= 0:
         return replace(state, trial_quanta=state.trial_quanta + 1, since_decision=since)
     rate = (calls - state.trial_base) / cpu
-    if state.rate_global is not None and rate < state.rate_global * (1 - params.trial_margin):
+    if state.reverse:  # local queues must earn the move: clearly more progress per CPU second
+        slower = state.rate_global is None or rate < state.rate_global * (1 + params.trial_margin)
+    else:
+        slower = state.rate_global is not None and rate < state.rate_global * (1 - params.trial_margin)
+    if slower:
         back = _decide(state, state.ip, False, (), None, 0.0, 1)
-        return replace(back, rate_global=state.rate_global, rate_local=rate, hold_global=True)
-    return replace(state, trial_quanta=0, rate_local=rate, since_decision=since)
+        return replace(back, rate_global=state.rate_global, rate_local=rate, hold_global=True, reverse=False)
+    return replace(state, trial_quanta=0, rate_local=rate, since_decision=since, reverse=False)
 
 
 def lbd_step(
@@ -189,8 +224,10 @@ def lbd_step(
     params: LbdParams,
     calls: float | None = None,
 ) -> LbdState:
-    """Advance the detector by one quantum. `user_times`: the ranks' CPU times in seconds, given when
-    `state.wants_user_times(params)` said so (None otherwise, or if a rank could not be read).
+    """Advance the detector by one quantum. `switches`: the ranks' context-switch counts (needed while
+    measuring only). `user_times`: the
+    ranks' CPU times in seconds, given when `state.wants_user_times(params)` said so (None otherwise, or
+    if a rank could not be read).
     `calls`: the MPI calls the job's ranks have made so far (None: no local trials)."""
     if state.phase == LBD_MEASURING:
         return _measuring(state, switches, params)
@@ -210,16 +247,24 @@ def lbd_step(
     quanta = state.quanta_stable + 1
     used = [max(0.0, u - b) for u, b in zip(times, state.base_user, strict=True)]
     mean = sum(used) / len(used)
+    per_rank = None if calls is None or state.base_calls is None else (calls - state.base_calls) / len(times)
+    enough_phases = per_rank is not None and per_rank >= params.window_calls and mean >= params.window_min_cpu_s
     if state.phase == LBD_STABLE:
-        if mean < params.window_cpu_s and quanta < params.ip_quanta:
+        if mean < params.window_cpu_s and quanta < params.ip_quanta and not enough_phases:
             return replace(state, quanta_stable=quanta, since_decision=since)
         ip = idleness(used)
         # The first decision: the plain threshold; a periodic re-measure of a local job: it stays local
         # unless clearly imbalanced now.
         cut = params.threshold if state.decisions == 0 or not state.local else params.threshold + params.hysteresis
-        return _decide(state, ip, ip < cut, times, calls, sum(used), quanta)
+        local = ip < cut
+        decided = _decide(state, ip, local, times, calls, sum(used), quanta)
+        if not local and state.decisions == 0 and ip < params.threshold + params.reverse_band:
+            # Found imbalanced at the first window, but not by far: try local queues (reverse trial).
+            tried = _decide(state, ip, True, times, calls, sum(used), quanta)
+            decided = replace(tried, reverse=True) if tried.trial_quanta else decided
+        return replace(decided, short_phases=enough_phases and mean < params.window_cpu_s)
     # Decided, global queue: keep measuring; move to local queues only on clear, repeated evidence.
-    if mean < params.recheck_cpu_s:
+    if mean < params.recheck_cpu_s and not enough_phases:
         return replace(state, quanta_stable=quanta, since_decision=since)
     ip = idleness(used)
     # Windows inside the band (threshold - hysteresis <= IP < threshold) neither count nor reset: a
@@ -230,6 +275,6 @@ def lbd_step(
     else:
         against = state.against if ip < params.threshold else 0
     if against >= params.confirm:
-        return _decide(state, ip, True, times, calls, sum(used), quanta)
+        return _decide(state, ip, True, times, calls, sum(used), quanta)  # short_phases as it was
     return replace(state, ip=ip, base_user=times, base_calls=calls, quanta_stable=0, against=against,
                    since_decision=since)  # fmt: skip

@@ -69,6 +69,20 @@ def agreement(measured: Sequence[JobRecord], simulated: Sequence[JobRecord]) -> 
                      tuple((i + 1, a, b) for i, (a, b) in enumerate(zip(rm, rs, strict=True))))  # fmt: skip
 
 
+def pooled(agreements: Sequence[Agreement]) -> Agreement:
+    """Several replays of one workload and policy against their simulations, as one: each job's mean
+    response over the replays against its mean over the simulations (the mean error and Spearman's rho
+    of those). For a policy whose replays differ from each other by more than the comparison is judged
+    by (a saturated queue amplifies the node's drift in speed), one pair says little."""
+    if not agreements or len({ag.jobs for ag in agreements}) != 1:
+        raise WorkloadError("pooled agreement needs replays of one workload (the same number of jobs)")
+    rm = [statistics.fmean(ag.per_job[i][1] for ag in agreements) for i in range(agreements[0].jobs)]
+    rs = [statistics.fmean(ag.per_job[i][2] for ag in agreements) for i in range(agreements[0].jobs)]
+    mean_m, mean_s = statistics.fmean(rm), statistics.fmean(rs)
+    return Agreement(len(rm), mean_m, mean_s, (mean_s - mean_m) / mean_m, spearman(rm, rs),
+                     tuple((i + 1, a, b) for i, (a, b) in enumerate(zip(rm, rs, strict=True))))  # fmt: skip
+
+
 def report(name: str, ag: Agreement) -> str:
     head = TextTable(
         f"{name}: measured (vmreplay) against simulated (vmsim) response times",
