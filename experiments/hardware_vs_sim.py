@@ -234,7 +234,7 @@ def main() -> int:
     if replay is None and not bracketing:
         replay = out / "replay"
         busy_sh(meter, foreign, "replay", BIN / "vmreplay", work, "--private",
-                *[a for p in policies for a in ("--policy", p)], "--out", out / "replay")  # fmt: skip
+                *[a for p in policies for a in ("--policy", p)], "--out", replay)  # fmt: skip
     rounds = read_rounds(dedicated)
     result: dict[str, object] = {"rounds": len(rounds), "foreign_cpu_pct": foreign}
     if any(pct > FOREIGN_MAX_PCT for pct in foreign.values()):

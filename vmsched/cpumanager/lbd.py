@@ -225,9 +225,8 @@ def lbd_step(
     calls: float | None = None,
 ) -> LbdState:
     """Advance the detector by one quantum. `switches`: the ranks' context-switch counts (needed while
-    measuring only). `user_times`: the
-    ranks' CPU times in seconds, given when `state.wants_user_times(params)` said so (None otherwise, or
-    if a rank could not be read).
+    measuring only). `user_times`: the ranks' CPU times in seconds, given when
+    `state.wants_user_times(params)` said so (None otherwise, or if a rank could not be read).
     `calls`: the MPI calls the job's ranks have made so far (None: no local trials)."""
     if state.phase == LBD_MEASURING:
         return _measuring(state, switches, params)
@@ -248,23 +247,25 @@ def lbd_step(
     used = [max(0.0, u - b) for u, b in zip(times, state.base_user, strict=True)]
     mean = sum(used) / len(used)
     per_rank = None if calls is None or state.base_calls is None else (calls - state.base_calls) / len(times)
-    enough_phases = per_rank is not None and per_rank >= params.window_calls and mean >= params.window_min_cpu_s
+    enough_calls = per_rank is not None and per_rank >= params.window_calls and mean >= params.window_min_cpu_s
     if state.phase == LBD_STABLE:
-        if mean < params.window_cpu_s and quanta < params.ip_quanta and not enough_phases:
+        if mean < params.window_cpu_s and quanta < params.ip_quanta and not enough_calls:
             return replace(state, quanta_stable=quanta, since_decision=since)
         ip = idleness(used)
         # The first decision: the plain threshold; a periodic re-measure of a local job: it stays local
         # unless clearly imbalanced now.
         cut = params.threshold if state.decisions == 0 or not state.local else params.threshold + params.hysteresis
         local = ip < cut
-        decided = _decide(state, ip, local, times, calls, sum(used), quanta)
-        if not local and state.decisions == 0 and ip < params.threshold + params.reverse_band:
-            # Found imbalanced at the first window, but not by far: try local queues (reverse trial).
-            tried = _decide(state, ip, True, times, calls, sum(used), quanta)
-            decided = replace(tried, reverse=True) if tried.trial_quanta else decided
-        return replace(decided, short_phases=enough_phases and mean < params.window_cpu_s)
+        # Found imbalanced at the first window, but not by far: try local queues (reverse trial).
+        reverse = not local and state.decisions == 0 and ip < params.threshold + params.reverse_band
+        decided = _decide(state, ip, local or reverse, times, calls, sum(used), quanta)
+        if reverse and decided.trial_quanta:
+            decided = replace(decided, reverse=True)
+        elif reverse:  # no trial without a rate of calls to compare with: global, as the window said
+            decided = _decide(state, ip, False, times, calls, sum(used), quanta)
+        return replace(decided, short_phases=enough_calls and mean < params.window_cpu_s)
     # Decided, global queue: keep measuring; move to local queues only on clear, repeated evidence.
-    if mean < params.recheck_cpu_s and not enough_phases:
+    if mean < params.recheck_cpu_s and not enough_calls:
         return replace(state, quanta_stable=quanta, since_decision=since)
     ip = idleness(used)
     # Windows inside the band (threshold - hysteresis <= IP < threshold) neither count nor reset: a

@@ -63,9 +63,13 @@ def agreement(measured: Sequence[JobRecord], simulated: Sequence[JobRecord]) -> 
         )
     m = sorted(measured, key=lambda r: (r.submit, r.id))
     s = sorted(simulated, key=lambda r: (r.submit, r.id))
-    rm, rs = [r.response for r in m], [r.response for r in s]
+    return _of_responses([r.response for r in m], [r.response for r in s])
+
+
+def _of_responses(rm: Sequence[float], rs: Sequence[float]) -> Agreement:
+    """The Agreement of measured and simulated response times, job by job in submission order."""
     mean_m, mean_s = statistics.fmean(rm), statistics.fmean(rs)
-    return Agreement(len(m), mean_m, mean_s, (mean_s - mean_m) / mean_m, spearman(rm, rs),
+    return Agreement(len(rm), mean_m, mean_s, (mean_s - mean_m) / mean_m, spearman(rm, rs),
                      tuple((i + 1, a, b) for i, (a, b) in enumerate(zip(rm, rs, strict=True))))  # fmt: skip
 
 
@@ -78,9 +82,7 @@ def pooled(agreements: Sequence[Agreement]) -> Agreement:
         raise WorkloadError("pooled agreement needs replays of one workload (the same number of jobs)")
     rm = [statistics.fmean(ag.per_job[i][1] for ag in agreements) for i in range(agreements[0].jobs)]
     rs = [statistics.fmean(ag.per_job[i][2] for ag in agreements) for i in range(agreements[0].jobs)]
-    mean_m, mean_s = statistics.fmean(rm), statistics.fmean(rs)
-    return Agreement(len(rm), mean_m, mean_s, (mean_s - mean_m) / mean_m, spearman(rm, rs),
-                     tuple((i + 1, a, b) for i, (a, b) in enumerate(zip(rm, rs, strict=True))))  # fmt: skip
+    return _of_responses(rm, rs)
 
 
 def report(name: str, ag: Agreement) -> str:
