@@ -12,7 +12,12 @@ Steps (each a command, printed as it runs):
    rounds of step 2: round 0, policy 1, round 1, policy 2, round 2. A policy's base times are the
    median of the runs in the rounds just before and just after its replay (--reps runs per cell per
    round), so that a slow drift of the node's speed over the half hour is measured where it matters;
-4. vmsim of the workload under each policy with that policy's base times, --compare-with the replay.
+   Each round also measures the launcher's reaction time, which the simulator models (vmsim
+   --finish-latency/--arrival-latency): from a submission to the start of a job on an idle node (the
+   dedicated runs' waits), and from a job's end to the start of the next queued one (a probe of
+   PROBE_JOBS jobs submitted at once, back to back);
+4. vmsim of the workload under each policy with that policy's base times and latencies, --compare-with
+   the replay; and once more without the latencies, to show what they account for.
 
     python experiments/hardware_vs_sim.py --out results-hw [--reps 1] [--replay DIR] [--dedicated DIR]
     python experiments/hardware_vs_sim.py --out results-hw --policy fcfs+easy:abort --repeat 3
@@ -54,6 +59,7 @@ import sys
 import time
 from collections import defaultdict
 from collections.abc import Callable
+from itertools import pairwise
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -72,6 +78,10 @@ KEYS = ["ep.W", "mg.W", "ft.W", "cg.W", "sweep.W"]
 POLICIES = ["fcfs+easy:abort", "fjt[fjt_long_mpl=1]+easy:malleable"]
 CPUS = 2
 SIZES = (1, 2, 4)  # every rank count the allowed counts of KEYS let a policy choose on CPUS CPUs
+# The launcher's reaction time, as cells of the samples (so that rounds bracket them like run times): a
+# job's wait on an idle node, and the gap from one job's end to the next one's start in the probe.
+ARRIVAL, FINISH = ("arrival", 0), ("finish", 0)
+PROBE, PROBE_KEY, PROBE_RANKS, PROBE_JOBS = "back-to-back", "cg.W", 4, 4  # the shortest app, folded as under FCFS
 NOMINAL_T1 = ["--t1", "ep.W=19.6", "--t1", "mg.W=20.2", "--t1", "ft.W=15.3", "--t1", "cg.W=8.3", "--t1", "sweep.W=12.5"]
 
 
@@ -109,18 +119,39 @@ def measure_dedicated(
                 (ded / "trace.swf").write_text(f"; Version: 2.2\n; MaxProcs: {CPUS}\n{job}\n")
                 busy_sh(meter, foreign, f"dedicated {dedicated.name} {key}@{n} #{rep}", BIN / "vmreplay", ded,
                         "--private", "--policy", "fcfs", "--out", dedicated / f"{key}@{n}" / f"r{rep}")  # fmt: skip
+        probe = out / "dedicated-workload" / PROBE
+        probe.mkdir(parents=True, exist_ok=True)
+        for name in ("template.txt", "allowed_procs.txt", "job_types.txt"):
+            shutil.copy(work / name, probe / name)
+        app = KEYS.index(PROBE_KEY)
+        jobs = [f"{j} 0 -1 -1 -1 -1 -1 {PROBE_RANKS} -1 -1 -1 -1 -1 {app} 2 -1 -1 -1" for j in range(1, PROBE_JOBS + 1)]
+        (probe / "trace.swf").write_text(f"; Version: 2.2\n; MaxProcs: {CPUS}\n" + "\n".join(jobs) + "\n")
+        busy_sh(meter, foreign, f"dedicated {dedicated.name} {PROBE} #{rep}", BIN / "vmreplay", probe, "--private",
+                "--policy", "fcfs", "--out", dedicated / PROBE / f"r{rep}")  # fmt: skip
     return dedicated
 
 
 def read_dedicated(dedicated: Path) -> Samples:
     """Run times of the dedicated runs under `dedicated` (KEY@N/rK/fcfs_fifo/result.swf; the older
-    layout KEY/fcfs_fifo/result.swf holds one run at 4 ranks), by application and rank count."""
+    layout KEY/fcfs_fifo/result.swf holds one run at 4 ranks), by application and rank count; their
+    waits on the idle node under ARRIVAL, and the gaps between the back-to-back probe's jobs under FINISH."""
     samples: Samples = defaultdict(list)
     for result in sorted(dedicated.glob("**/fcfs_fifo/result.swf")):
         key = result.relative_to(dedicated).parts[0].split("@")[0]
-        for rec in records_from_swf(read_swf(result)):
+        recs = sorted(records_from_swf(read_swf(result)), key=lambda r: r.start)
+        if key == PROBE:
+            samples[FINISH].extend(b.start - a.end for a, b in pairwise(recs))
+            continue
+        for rec in recs:
             samples[(key, rec.procs_used)].append(rec.execution)
+            samples[ARRIVAL].append(rec.start - rec.submit)
     return dict(samples)
+
+
+def latencies(samples: Samples) -> tuple[float, float]:
+    """(arrival, finish): the launcher's median reaction times in these samples; 0 where none was measured
+    (dedicated runs made before the probe existed)."""
+    return tuple(round(statistics.median(samples[c]), 4) if samples.get(c) else 0.0 for c in (ARRIVAL, FINISH))
 
 
 def read_rounds(dedicated: Path) -> list[Samples]:
@@ -241,6 +272,7 @@ def main() -> int:
         print(f"WARNING: other processes took more than {FOREIGN_MAX_PCT} % of the node during the real runs "
               f"({foreign}): the measured times say how busy the node was, not how good the simulation is")  # fmt: skip
     agreements: dict[str, list[Agreement]] = defaultdict(list)
+    ideal_agreements: dict[str, list[Agreement]] = defaultdict(list)  # simulated without the latencies
     for k, (rep, policy) in enumerate(order):
         name = f"{policy}/fifo"  # as vmreplay names it
         replayed = replay if replay is not None else replay_dir(out, rep, args.repeat)
@@ -251,11 +283,19 @@ def main() -> int:
         alone = {(c, n): base[f"{c}@{n}"] * (n / CPUS * fold(c, n / CPUS) if n > CPUS else 1)
                  for c in KEYS for n in SIZES}  # fmt: skip
         sim = out / (f"sim-{slug(name)}" if args.repeat == 1 else f"sim-{slug(name)}-{rep}")
-        sh(BIN / "vmsim", work, *t1, "--policy", policy, "--compare-with", replayed, "--out", sim)
+        arrival, finish = latencies(samples)
+        if not finish:
+            print(f"WARNING: no back-to-back probe in {dedicated}: the simulation assumes an instant launcher")
+        lat = ["--arrival-latency", str(arrival), "--finish-latency", str(finish)]
+        sh(BIN / "vmsim", work, *t1, *lat, "--policy", policy, "--compare-with", replayed, "--out", sim)
+        ideal = sim.with_name(sim.name + "-no-latency")
+        sh(BIN / "vmsim", work, *t1, "--policy", policy, "--out", ideal)
         measured = records_from_swf(read_swf(replayed / slug(name) / "result.swf"))
         simulated = records_from_swf(read_swf(sim / slug(name) / "result.swf"))
         ag = agreement(measured, simulated)
         agreements[name].append(ag)
+        ag0 = agreement(measured, records_from_swf(read_swf(ideal / slug(name) / "result.swf")))
+        ideal_agreements[name].append(ag0)
         check = runtime_check(work, replayed / slug(name) / "result.swf", alone)
         # The work in each: at a high load a waiting job's response is the sum of the run times before
         # it, so an error in the total run time comes back several times over in the mean response.
@@ -269,26 +309,36 @@ def main() -> int:
                          "run_sum_measured_s": round(run_m, 1), "run_sum_simulated_s": round(run_s, 1),
                          "mean_wait_measured_s": round(wait_m, 2), "mean_wait_simulated_s": round(wait_s, 2),
                          "mean_simulated_s": round(ag.mean_simulated, 2), "mean_error": round(ag.mean_error, 4),
-                         "spearman": round(ag.spearman, 3), "t1": base, "runtime_check": check,
+                         "spearman": round(ag.spearman, 3), "latency_s": {"arrival": arrival, "finish": finish},
+                         "without_latency": {"mean_simulated_s": round(ag0.mean_simulated, 2),
+                                             "mean_error": round(ag0.mean_error, 4),
+                                             "spearman": round(ag0.spearman, 3)},
+                         "t1": base, "runtime_check": check,
                          "dedicated_runs": {f"{c}@{n}": v for (c, n), v in sorted(samples.items())}}  # fmt: skip
         print(f"{label}: run-time check (median run time in the replay; alone, as simulated):")
         for row in check:
             print(f"  {row['app']}@{row['ranks']}: {row['jobs']} jobs, replay {row['replay_median_s']} s, alone "
                   f"{row['alone_s']} s, error {row['error']:+.1%}")  # fmt: skip
+        print(f"{label}: launcher latency {finish:.3f} s after a finish, {arrival:.3f} s after an arrival "
+              f"(medians of the rounds around it); without it the simulated mean is {ag0.mean_simulated:.1f} s "
+              f"({100 * ag0.mean_error:+.1f} %)")  # fmt: skip
         print(f"{label}: {ag.jobs} jobs, mean response measured {ag.mean_measured:.1f} s, simulated "
               f"{ag.mean_simulated:.1f} s ({100 * ag.mean_error:+.1f} %), Spearman {ag.spearman:.3f}")  # fmt: skip
     if args.repeat > 1:
         for name, ags in agreements.items():
-            pool = pooled(ags)
+            pool, pool0 = pooled(ags), pooled(ideal_agreements[name])
             spread = [round(ag.mean_measured, 2) for ag in ags]
             print(f"{name}, {len(ags)} replays pooled: mean response measured {pool.mean_measured:.1f} s (the "
                   f"replays' own: {spread}), simulated {pool.mean_simulated:.1f} s ({100 * pool.mean_error:+.1f} %), "
-                  f"Spearman {pool.spearman:.3f}")  # fmt: skip
+                  f"Spearman {pool.spearman:.3f}; without the latencies {pool0.mean_simulated:.1f} s "
+                  f"({100 * pool0.mean_error:+.1f} %)")  # fmt: skip
             result[f"{name} pooled"] = {"replays": len(ags), "replay_means_s": spread,
                                         "mean_measured_s": round(pool.mean_measured, 2),
                                         "mean_simulated_s": round(pool.mean_simulated, 2),
                                         "mean_error": round(pool.mean_error, 4),
-                                        "spearman": round(pool.spearman, 3)}  # fmt: skip
+                                        "spearman": round(pool.spearman, 3),
+                                        "without_latency": {"mean_simulated_s": round(pool0.mean_simulated, 2),
+                                                            "mean_error": round(pool0.mean_error, 4)}}  # fmt: skip
     print(json.dumps(result))
     return 0
 

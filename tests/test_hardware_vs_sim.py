@@ -37,7 +37,7 @@ def test_dedicated_runs_both_layouts(tmp_path: Path) -> None:
     _result(tmp_path / "ep.W@2" / "r0" / "fcfs_fifo" / "result.swf", [(0, 0.03, 10.0, 2)])
     _result(tmp_path / "ep.W@2" / "r1" / "fcfs_fifo" / "result.swf", [(0, 0.03, 12.0, 2)])
     _result(tmp_path / "cg.W" / "fcfs_fifo" / "result.swf", [(0, 0.03, 6.0, 4)])  # the older layout: 4 ranks
-    assert hw.read_dedicated(tmp_path) == {("ep.W", 2): [10.0, 12.0], ("cg.W", 4): [6.0]}
+    assert hw.read_dedicated(tmp_path) == {("ep.W", 2): [10.0, 12.0], ("cg.W", 4): [6.0], hw.ARRIVAL: [0.03] * 3}
 
 
 def test_base_times_median_and_folding() -> None:
@@ -88,17 +88,32 @@ def test_measure_dedicated_runs_every_cell_at_its_size(tmp_path: Path, monkeypat
 
     def fake_busy_sh(meter: object, foreign: dict[str, float], step: str, *argv: object) -> None:
         ded, out = Path(str(argv[1])), Path(str(argv[-1]))
-        (req,) = job_requests(read_params(*(ded / n for n in ("template.txt", "allowed_procs.txt", "job_types.txt",
-                                                              "trace.swf"))))  # fmt: skip
-        calls.append((hw.KEYS[req.app_number], req.requested_procs))
-        _result(out / "fcfs_fifo" / "result.swf", [(0, 0.03, 10.0 + len(calls), req.requested_procs)])
+        reqs = job_requests(read_params(*(ded / n for n in ("template.txt", "allowed_procs.txt", "job_types.txt",
+                                                            "trace.swf"))))  # fmt: skip
+        if len(reqs) == 1:  # a cell: one job alone, started 0.03 s after its submission
+            calls.append((hw.KEYS[reqs[0].app_number], reqs[0].requested_procs))
+            _result(out / "fcfs_fifo" / "result.swf", [(0, 0.03, 10.0 + len(calls), reqs[0].requested_procs)])
+            return
+        # the probe: its jobs back to back, each starting 0.1, 0.2, ... s after the end of the one before
+        calls.append(("probe", len(reqs)))
+        assert {(hw.KEYS[r.app_number], r.requested_procs) for r in reqs} == {(hw.PROBE_KEY, hw.PROBE_RANKS)}
+        rows, t = [], 0.05
+        for i, r in enumerate(reqs):
+            rows.append((0, t, 6.0, r.requested_procs))
+            t += 6.0 + 0.1 * (i + 1)
+        _result(out / "fcfs_fifo" / "result.swf", rows)
 
     monkeypatch.setattr(hw, "busy_sh", fake_busy_sh)
     dedicated = hw.measure_dedicated(tmp_path, work, 2, None, {})
     cells = [(k, n) for k in hw.KEYS for n in hw.SIZES]
-    assert calls == cells * 2  # interleaved rounds
+    assert calls == ([*cells, ("probe", hw.PROBE_JOBS)]) * 2  # interleaved rounds, each with its probe
     samples = hw.read_dedicated(dedicated)
-    assert sorted(samples) == sorted(cells) and all(len(v) == 2 for v in samples.values())
+    assert sorted(samples) == sorted([*cells, hw.ARRIVAL, hw.FINISH])
+    assert all(len(samples[c]) == 2 for c in cells)  # the probe's jobs are not run times alone
+    assert samples[hw.ARRIVAL] == pytest.approx([0.03] * 2 * len(cells))
+    assert sorted(samples[hw.FINISH]) == pytest.approx(sorted([0.1, 0.2, 0.3] * 2))
+    assert hw.latencies(samples) == pytest.approx((0.03, 0.2))
+    assert hw.latencies({}) == (0.0, 0.0)
 
 
 def test_each_policy_gets_the_rounds_around_its_replay(tmp_path: Path) -> None:
@@ -108,13 +123,14 @@ def test_each_policy_gets_the_rounds_around_its_replay(tmp_path: Path) -> None:
         _result(tmp_path / f"round{r}" / "ep.W@2" / "r0" / "fcfs_fifo" / "result.swf", [(0, 0.0, secs, 2)])
     (tmp_path / "roundabout").mkdir()  # not a round
     rounds = hw.read_rounds(tmp_path)
+    assert [r.pop(hw.ARRIVAL) for r in rounds] == [[0.0]] * 3  # each run's wait: the launcher's latency
     assert rounds == [{("ep.W", 2): [10.0]}, {("ep.W", 2): [12.0]}, {("ep.W", 2): [20.0]}]
     assert hw.around(rounds, 0, 2) == {("ep.W", 2): [10.0, 12.0]}
     assert hw.around(rounds, 1, 2) == {("ep.W", 2): [12.0, 20.0]}
     assert hw.around(rounds[:2], 1, 2) == {("ep.W", 2): [10.0, 12.0]}
     flat = tmp_path / "flat"
     _result(flat / "ep.W@2" / "r0" / "fcfs_fifo" / "result.swf", [(0, 0.0, 9.0, 2)])
-    assert hw.read_rounds(flat) == [{("ep.W", 2): [9.0]}]
+    assert hw.read_rounds(flat) == [{("ep.W", 2): [9.0], hw.ARRIVAL: [0.0]}]
 
 
 def test_repeated_replays_are_bracketed_in_turn_and_each_gets_its_own_rounds() -> None:

@@ -44,3 +44,20 @@ def test_sa_submit_molds_a_new_job_once_and_it_then_waits_for_that_size() -> Non
     assert run("sa-start", snap(8, [q(1, (8, 4), est=200.0, submit=0.0)], [r(9, 4, est=1000.0)])) == [
         ("start", 1, 4, 1)
     ]
+
+
+def test_a_job_molded_to_fewer_ranks_is_expected_to_take_longer_at_that_size() -> None:
+    """The estimate is for the one count a rigid job has: molded from 8 to 4 ranks, an estimate of 50 at
+    8 becomes 100 at 4 (as SA predicted it), in the decision and in the next pass's reservations."""
+    from vmsched.launcher.policy import Mold, parse_policy_spec
+    from vmsched.launcher.policy.core import decide
+    from vmsched.sim.engine import simulate
+
+    s = snap(8, [q(1, (8, 4), est=50.0, submit=0.0)], [r(9, 4, est=100.0)])
+    decisions = decide(s, parse_policy_spec("sa-submit"))
+    assert [(type(d), d.nranks, d.estimate) for d in decisions][:1] == [(Mold, 4, 100.0)]
+    # The simulator applies it: job 1 molds to 4 ranks at t=1 and starts beside job 2 (4 ranks until
+    # 100), running 100 s at 4 ranks; job 3 (8 ranks) then waits for it until 101, not until 100.
+    jobs = [q(2, 4, est=100.0, submit=0.0), q(1, (8, 4), est=50.0, submit=1.0), q(3, 8, est=10.0, submit=2.0)]
+    runs = {rec.job_id: (rec.start, rec.end) for rec in simulate(jobs, 8, parse_policy_spec("sa-submit"))}
+    assert runs == {2: (0.0, 100.0), 1: (1.0, 101.0), 3: (101.0, 111.0)}

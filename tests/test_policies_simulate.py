@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from tests.test_policies import q
 from vmsched.launcher.policy import POLICIES, Start, can_ever_start, parse_policy_spec
 from vmsched.launcher.policy.sizes import estimate_at
-from vmsched.sim.engine import folding_runtime, simulate
+from vmsched.sim.engine import Latency, folding_runtime, simulate
 
 
 def _workload(seed: int, n: int = 40, ncpus: int = 8) -> list:
@@ -150,3 +150,50 @@ def test_random_workloads_always_complete(seed, spec, order, misestimate, ncpus)
         jobs, ncpus, parse_policy_spec(f"{spec}/{order}"), lambda j, n, c: misestimate * folding_runtime(j, n, c)
     )
     assert len(records) == len(jobs)
+
+
+# -- the launcher's reaction time (engine.Latency) -------------------------------------------------------
+
+
+def test_latency_delays_each_start_after_a_finish_and_an_arrival_and_keeps_the_real_ends():
+    jobs = [q(1, (2,), "short", est=10.0, submit=0.0), q(2, (2,), "short", est=5.0, submit=0.0),
+            q(3, (2,), "short", est=7.0, submit=1.0), q(4, (1,), "short", est=3.0, submit=100.0)]  # fmt: skip
+    records = simulate(jobs, 2, parse_policy_spec("fcfs"), latency=Latency(arrival=0.03, finish=0.1))
+    got = [x for r in records for x in (r.job_id, r.start, r.end, r.cpu_seconds)]
+    assert got == pytest.approx([1, 0.03, 10.03, 20.0, 2, 10.13, 15.13, 10.0, 3, 15.23, 22.23, 14.0,
+                                 4, 100.03, 103.03, 3.0])  # fmt: skip
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(0, 10_000), st.sampled_from(SPECS), st.floats(0.0, 5.0), st.floats(0.0, 5.0))
+def test_with_any_latency_every_job_finishes_once_and_starts_no_earlier_than_the_driver_can_act(
+    seed, spec, arrival, finish
+):
+    """A finished job keeps its CPUs until the driver acts on its end, and is never resized or rerun
+    meanwhile: every job still runs exactly its run time when nothing folds it, and the CPUs held at any
+    moment never exceed the machine."""
+    cfg = parse_policy_spec(spec)
+    jobs = [j for j in _workload(seed, n=15, ncpus=8) if can_ever_start(j, 8, cfg)]
+    records = simulate(jobs, 8, cfg, latency=Latency(arrival=arrival, finish=finish))
+    assert sorted(r.job_id for r in records) == sorted(j.job_id for j in jobs)
+    by_id = {j.job_id: j for j in jobs}
+    for r in records:
+        assert r.start >= by_id[r.job_id].submit_time + arrival - 1e-9
+        if all(cpus == r.nranks for _, _, cpus in r.history):  # never folded: its run time exactly
+            assert r.end - r.start == pytest.approx(estimate_at(by_id[r.job_id], r.nranks))
+    if cfg.backfill == "none":  # no window to wake it: it acts `arrival` after an arrival or `finish` after an end
+        acts = {j.submit_time + arrival for j in jobs} | {r.end + finish for r in records}
+        assert all(any(abs(r.start - t) < 1e-6 for t in acts) for r in records)
+
+
+def test_latency_zero_is_the_ideal_scheduler():
+    jobs = _workload(seed=5)
+    for spec in ("fcfs+easy:abort", "fjt+easy:malleable", "fcfs+conservative:suspend"):
+        cfg = parse_policy_spec(spec)
+        assert simulate(jobs, 8, cfg, latency=Latency(0.0, 0.0)) == simulate(jobs, 8, cfg)
+
+
+@pytest.mark.parametrize("bad", [(-0.1, 0.0), (0.0, -1.0), (float("nan"), 0.0)])
+def test_negative_or_nan_latency_is_refused(bad):
+    with pytest.raises(ValueError, match="latencies must be seconds >= 0"):
+        Latency(*bad)

@@ -61,6 +61,21 @@ def test_two_policies_give_vmreplays_outputs_and_a_comparison(tmp_path: Path) ->
     assert "fcfs+easy:abort/fifo" in (out / "comparison.md").read_text()
 
 
+def test_launcher_latency_delays_the_starts_it_should_and_is_recorded(tmp_path: Path) -> None:
+    log = write_log(tmp_path / "w.swf", GOOD)
+    r = vmsim(log, "--policy", "fcfs", "--finish-latency", "0.5", "--arrival-latency", "0.25", "--out", "out",
+              cwd=tmp_path)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    got = {r.id: r for r in records_from_swf(read_swf(tmp_path / "out" / "fcfs_fifo" / "result.swf"))}
+    # Job 1 arrives at an idle node (+0.25); job 2 waits for job 1's end (100.25, +0.5) and job 3 for job
+    # 2's (150.75, +0.5). Run times are the log's.
+    assert (got[1].start, got[2].start, got[3].start) == (0.25, 100.75, 151.25)
+    assert [got[i].end - got[i].start for i in (1, 2, 3)] == [100, 50, 30]
+    meta = json.loads((tmp_path / "out" / "vmsim.json").read_text())
+    assert meta["latency"] == {"finish_s": 0.5, "arrival_s": 0.25}
+    assert "launcher latency: 0.5 s after a finish" in (tmp_path / "out" / "fcfs_fifo" / "report.md").read_text()
+
+
 def test_cpus_jobs_and_window_options_select_what_is_simulated(tmp_path: Path) -> None:
     log = write_log(tmp_path / "w.swf", GOOD)
     r = vmsim(log, "--policy", "fcfs", "--cpus", "16", "--start", "10", "--end", "31", "--jobs", "3", "--out", "o",
@@ -115,6 +130,8 @@ def test_skip_invalid_drops_jobs_without_a_run_time_and_says_so(tmp_path: Path) 
         (["--policy", "fcfs", "--start", "50", "--end", "10"], ["--end must be after --start"]),
         (["--policy", "fcfs", "--jobs", "-3"], ["--jobs"]),
         (["--policy", "fcfs", "--moldability", "some"], ["--moldability", "invalid choice"]),
+        (["--policy", "fcfs", "--finish-latency", "-0.1"], ["--finish-latency", "seconds >= 0"]),
+        (["--policy", "fcfs", "--arrival-latency", "soon"], ["--arrival-latency", "seconds >= 0"]),
     ],
 )
 def test_bad_options_are_refused_naming_the_option(tmp_path: Path, args: list[str], words: list[str]) -> None:

@@ -539,7 +539,8 @@ class Launcher:
             self.cpu.resume(d.job_id)
             self.store.update(d.job_id, "resume", {"why": d.reason}, suspended=0, window_end=d.window_end)
         elif isinstance(d, Mold):
-            self.store.update(d.job_id, "mold", {"nranks": d.nranks, "why": d.reason}, procs=json.dumps([d.nranks]))
+            self.store.update(d.job_id, "mold", {"nranks": d.nranks, "estimate": d.estimate, "why": d.reason},
+                              procs=json.dumps([d.nranks]), estimate=d.estimate)  # fmt: skip
 
     def start(self, d: Start, now: float) -> None:
         """All or nothing (lifecycle.start): the job runs, or is queued or failed with nothing of it left."""

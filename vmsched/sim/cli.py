@@ -14,6 +14,10 @@ Run times: a job runs its log run time at its requested size; at another size as
 folded (more ranks than CPUs) as the measured runtime model says (vmsched/sim/runtime_model.json, made
 by `vmsim-calibrate`).
 
+--finish-latency/--arrival-latency model the launcher daemon's reaction time (seconds from a job's end,
+or a submission, to the scheduling pass that acts on it; experiments/hardware_vs_sim.py measures them);
+the default 0 is the ideal scheduler that archive studies assume.
+
 --compare-with REPLAY_DIR (a vmreplay output directory of the same workload and policies) puts the
 measured and simulated response times side by side: DIR/<policy>/vs_replay.md, vs_replay.png.
 """
@@ -41,7 +45,7 @@ from vmsched.launcher.policy.config import PolicyConfig
 from vmsched.launcher.policy.core import can_ever_start
 from vmsched.launcher.replay import slug
 from vmsched.sim.compare import compare_with_replay
-from vmsched.sim.engine import JobRecord, simulate
+from vmsched.sim.engine import NO_LATENCY, JobRecord, Latency, simulate
 from vmsched.sim.runtime_model import folded_runtime, load_model
 from vmsched.sim.workload import MOLDABILITY, SimJob, Workload, load
 from vmsched.workloads import metrics
@@ -84,7 +88,7 @@ def to_metrics(rec: JobRecord, sim: SimJob) -> metrics.JobRecord:
 
 
 def run_policy(workload: Workload, ncpus: int, cfg: PolicyConfig, runtime: Callable, console: Console,
-               show: bool) -> list[JobRecord]:  # fmt: skip
+               show: bool, latency: Latency = NO_LATENCY) -> list[JobRecord]:  # fmt: skip
     jobs = [j.job for j in workload.jobs]
     total = len(jobs)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -96,7 +100,7 @@ def run_policy(workload: Workload, ncpus: int, cfg: PolicyConfig, runtime: Calla
             if done % step == 0 or done == total:
                 progress.update(task, completed=done)
 
-        return simulate(jobs, ncpus, cfg, runtime, progress=tick)
+        return simulate(jobs, ncpus, cfg, runtime, progress=tick, latency=latency)
 
 
 def run_energy(recs: list[metrics.JobRecord], ncpus: int) -> float | None:
@@ -200,6 +204,10 @@ def build_parser() -> argparse.ArgumentParser:
         default="lbd",
         help="queue type of folded jobs in the runtime model (lbd: the better of the two)",
     )
+    ap.add_argument("--finish-latency", type=_non_negative, default=0.0, metavar="SECONDS",
+                    help="the launcher acts on a job's end this late (default 0)")  # fmt: skip
+    ap.add_argument("--arrival-latency", type=_non_negative, default=0.0, metavar="SECONDS",
+                    help="the launcher acts on a submission this late (default 0)")  # fmt: skip
     ap.add_argument("--model", type=Path, help="runtime model file (default: the committed calibration)")
     ap.add_argument("--skip-invalid", action="store_true", help="drop log jobs with unknown or zero run time or size")
     ap.add_argument("--trace", help="parameter directory: trace file inside it (default trace.swf)")
@@ -281,13 +289,16 @@ def _simulate_all(args: argparse.Namespace, cfgs: list[PolicyConfig], workload: 
     show = console.is_terminal
     notes = [f"input {workload.source}: {len(workload.jobs)} jobs on {ncpus} CPUs", f"estimates {args.estimates}",
              f"moldability {args.moldability}", f"queues of folded jobs {args.queue}", *workload.notes]  # fmt: skip
+    latency = Latency(arrival=args.arrival_latency, finish=args.finish_latency)
+    if latency != NO_LATENCY:
+        notes.append(f"launcher latency: {latency.finish:g} s after a finish, {latency.arrival:g} s after an arrival")
     meta = {"argv": sys.argv, "input": workload.source, "jobs": len(workload.jobs), "cpus": ncpus,
             "estimates": args.estimates, "moldability": args.moldability, "queue": args.queue,
-            "policies": {}}  # fmt: skip
+            "latency": {"finish_s": latency.finish, "arrival_s": latency.arrival}, "policies": {}}  # fmt: skip
     for cfg in cfgs:
         name = cfg.spec()
         t0 = time.perf_counter()
-        recs = run_policy(workload, ncpus, cfg, runtime, console, show)
+        recs = run_policy(workload, ncpus, cfg, runtime, console, show, latency)
         took = time.perf_counter() - t0
         summary, mrecs, text = write_policy(out / slug(name), name, workload, ncpus, recs, notes)
         summaries[name], records[name] = summary, mrecs

@@ -13,6 +13,12 @@ change, and partition_sizes is called only over the jobs that can change size (a
 partition is its rank count always holds exactly that many CPUs, so it only reduces the CPUs left).
 At an instant when no queued job can fit the free CPUs (core.nothing_fits: about half of the instants of
 a busy log) decide() is not called at all; on_decide still sees the instant, with no decisions.
+
+The daemon's reaction time (Latency) can be modelled: a real launcher learns of a finish or an arrival a
+little after it (the job's shim exits and is reaped, the pass waits sched_interval to coalesce events,
+then decides). The simulated driver then takes an event in that many seconds late, and a finished job's
+CPUs stay with it until then; its record keeps its real end. Zero by default: the ideal scheduler of the
+archive studies and of the textbook comparison.
 """
 
 from __future__ import annotations
@@ -32,6 +38,23 @@ from vmsched.launcher.policy.snapshot import QueuedJob, RunningJob, Snapshot
 
 # Seconds the whole job would take if it ran with `nranks` ranks on `cpus` CPUs from start to end.
 RuntimeModel = Callable[[QueuedJob, int, int], float]
+
+
+@dataclass(frozen=True, slots=True)
+class Latency:
+    """Seconds from an event to the driver acting on it (measured on a node by experiments/hardware_vs_sim.py:
+    a job arriving at an idle node starts `arrival` after its submission, a queued job `finish` after the
+    end of the job before it)."""
+
+    arrival: float = 0.0
+    finish: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not (self.arrival >= 0 and self.finish >= 0):  # also refuses NaN
+            raise ValueError(f"latencies must be seconds >= 0 (got arrival {self.arrival}, finish {self.finish})")
+
+
+NO_LATENCY = Latency()
 
 
 def folding_runtime(job: QueuedJob, nranks: int, cpus: int) -> float:
@@ -95,6 +118,7 @@ class Simulation:
         on_decide: Callable[[Snapshot, list[Decision]], None] | None = None,
         max_events: int = 10_000_000,
         progress: Callable[[int], None] | None = None,
+        latency: Latency = NO_LATENCY,
     ) -> None:
         self.pending = sorted(jobs, key=lambda j: (j.submit_time, j.job_id))
         self.ncpus, self.cfg, self.model = ncpus, cfg, runtime_model
@@ -116,6 +140,7 @@ class Simulation:
         self.now = self.pending[0].submit_time if self.pending else 0.0
         # Whether expiring windows can ever wake the policy (next_event_time is None otherwise).
         self.windows_act = cfg.backfill != "none" and cfg.expiry != "none"
+        self.arrival_lag, self.finish_lag = latency.arrival, latency.finish
 
     def snapshot(self) -> Snapshot:
         # Each rebuilt only after it changed: the queue not at every finish, the running jobs not at
@@ -127,9 +152,9 @@ class Simulation:
         return Snapshot(self.now, self.ncpus, self._queue_tuple, self._running_tuple)
 
     def run(self) -> list[JobRecord]:
-        pending, nxt = self.pending, 0
+        pending, nxt, lag = self.pending, 0, self.arrival_lag
         for _ in range(self.max_events):
-            while nxt < len(pending) and pending[nxt].submit_time <= self.now:
+            while nxt < len(pending) and pending[nxt].submit_time + lag <= self.now:
                 self._enqueue(pending[nxt])
                 nxt += 1
             if self.nothing_fits():
@@ -151,9 +176,9 @@ class Simulation:
                 break
             wake = next_event_time(after(), self.cfg) if self.windows_act and self.expiring() else None
             t_next = min(
-                pending[nxt].submit_time if nxt < len(pending) else math.inf,
+                pending[nxt].submit_time + lag if nxt < len(pending) else math.inf,
                 math.inf if wake is None else wake,
-                self._next_end(),
+                self._next_end() + self.finish_lag,
             )
             if t_next == math.inf:
                 stuck = sorted(self.queue) or sorted(self.running)
@@ -202,16 +227,18 @@ class Simulation:
         return math.inf
 
     def _finish_due(self) -> None:
-        ends, running = self.ends, self.running
-        while ends and ends[0][0] <= self.now:
+        # end + lag, as run() computed the instant: (end + lag) - lag may round below end.
+        ends, running, lag = self.ends, self.running, self.finish_lag
+        while ends and ends[0][0] + lag <= self.now:
             end, jid, version = heapq.heappop(ends)
             run = running.get(jid)
             if run is None or run.version != version:
                 continue
             self._remove(run)
             v = run.view
-            cpu_seconds = run.cpu_seconds + v.cpus * (self.now - run.t_mark)
-            self.records[jid] = JobRecord(jid, run.job.submit_time, v.start_time, self.now, v.nranks, v.backfilled,
+            # Its real end, which the driver acts on finish_lag later (the same instant without latency).
+            cpu_seconds = run.cpu_seconds + v.cpus * (end - run.t_mark)
+            self.records[jid] = JobRecord(jid, run.job.submit_time, v.start_time, end, v.nranks, v.backfilled,
                                           run.history, self.aborts.get(jid, 0), cpu_seconds)  # fmt: skip
             if self.progress is not None:
                 self.progress(len(self.records))
@@ -245,7 +272,8 @@ class Simulation:
             self._change(self.running[d.job_id], suspended=False, window_end=d.window_end)
         elif isinstance(d, Mold):
             old = self.queue[d.job_id]
-            self.queue[d.job_id] = new = replace(old, procs=(d.nranks,))  # in place: arrival order kept
+            # In place: arrival order kept.
+            self.queue[d.job_id] = new = replace(old, procs=(d.nranks,), estimate=d.estimate)
             self._count_floor(old.floor_cpus, -1)
             self._count_floor(new.floor_cpus, +1)
 
@@ -295,6 +323,8 @@ class Simulation:
 
     def _hold(self, run: _Run, cpus: int) -> None:
         """From now on the job holds `cpus` CPUs: new rate, new end."""
+        if run.end <= self.now:
+            return  # done, and its finish not yet acted on (Latency.finish): its CPUs and end stay as they are
         v = run.view
         if run.history and run.history[-1][1:] == (v.max_mpl, cpus) and v.cpus == cpus:
             return
@@ -335,6 +365,7 @@ def simulate(
     on_decide: Callable[[Snapshot, list[Decision]], None] | None = None,
     max_events: int = 10_000_000,
     progress: Callable[[int], None] | None = None,
+    latency: Latency = NO_LATENCY,
 ) -> list[JobRecord]:
     """Run the jobs (submit_time = arrival) through the policy; records sorted by job id."""
-    return Simulation(jobs, ncpus, cfg, runtime_model, on_decide, max_events, progress).run()
+    return Simulation(jobs, ncpus, cfg, runtime_model, on_decide, max_events, progress, latency).run()

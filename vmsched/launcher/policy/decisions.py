@@ -65,6 +65,9 @@ class Mold:
     job_id: int
     nranks: int
     reason: str = ""
+    # Its estimate at that size (sizes.estimate_at of the job before): the estimate of a rigid job is for
+    # its one count, and without this a job molded down would be expected to take its full-size time.
+    estimate: float = 0.0
 
 
 Decision = Start | SetMaxMpl | Abort | Suspend | Resume | Mold

@@ -214,12 +214,14 @@ class Workspace:
         self.decisions.append(Start(job.job_id, shape.nranks, shape.max_mpl, backfilled, window_end, reason, estimate))
 
     def mold(self, job: QueuedJob, nranks: int, reason: str) -> QueuedJob:
-        """The queued job becomes rigid at `nranks` ranks (for the rest of this call too)."""
-        molded = replace(job, procs=(nranks,))
+        """The queued job becomes rigid at `nranks` ranks (for the rest of this call too), with its
+        estimate scaled to that count as the policies scale it."""
+        estimate = estimate_at(job, nranks)
+        molded = replace(job, procs=(nranks,), estimate=estimate)
         self.waiting = tuple(molded if j is job else j for j in self.waiting)
         if self._ordered is not None:
             self._ordered = tuple(molded if j is job else j for j in self._ordered)
-        self.decisions.append(Mold(job.job_id, nranks, reason))
+        self.decisions.append(Mold(job.job_id, nranks, reason, estimate))
         return molded
 
     def set_max_mpl(self, job_id: int, max_mpl: int, reason: str) -> None:
