@@ -67,6 +67,9 @@ def test_shadow_profile_answers_as_the_step_function(free, releases, head_cpus, 
         full.reserve(start, start + head_d, head_cpus)
     most = max(free, 0)
     assert shadow.spans(most) == full.spans(most)
+    # backfill's two-number form of the spans: inf below `lasting`, the window from there.
+    lasting, spans = shadow.lasting(most), full.spans(most)
+    assert [math.inf if c < lasting else shadow.shadow - now for c in range(most + 1)] == spans
     for c, d in asks:
         for size in range(0, 10):
             for dur in (0.0, 1.0, float(d), 100.0):

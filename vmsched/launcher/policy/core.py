@@ -59,7 +59,8 @@ def nothing_fits(free_cpus: int, least_floor: float, suspended: bool, cfg: Polic
 def decide_in_workspace(snapshot: Snapshot, cfg: PolicyConfig, rule: StartRule) -> list[Decision]:
     """decide() without the shortcut."""
     ws = Workspace.from_snapshot(snapshot, cfg)
-    rule.mold_new(ws)
+    if rule.molds_queued:  # mold_new does nothing for the other rules
+        rule.mold_new(ws)
     while True:
         ordered = ws.ordered()
         if not ordered:

@@ -193,6 +193,11 @@ class ShadowProfile:
             if end > self.shadow:
                 self.extra -= cpus
 
+    def lasting(self, most: int) -> int:
+        """spans(most) in one number, for 0 <= most <= free: spans[c] is inf for c < lasting(most), and
+        shadow - now from there up to `most`."""
+        return most + 1 if self.extra >= self.free else min(max(int(self.extra), 0) + 1, most + 1)
+
     def spans(self, most: int) -> list[float]:
         """FreeProfile.spans: spans[c] for c in 0..most, how long from now at least c CPUs stay free."""
         n = most + 1

@@ -74,7 +74,10 @@ class RunningJob:
     expected_end: float = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        self.held = 0 if self.suspended else minimum_partition(self.nranks, self.max_mpl)
+        n, m = self.nranks, self.max_mpl
+        # minimum_partition's arithmetic without the call (two RunningJobs are built per simulated start);
+        # it is still called, to raise, on invalid sizes.
+        self.held = 0 if self.suspended else -(-n // m) if n >= 1 and m >= 1 else minimum_partition(n, m)
         end = self.start_time + self.estimate
         self.expected_end = end if self.window_end is None else max(end, self.window_end)
 

@@ -12,7 +12,7 @@ from operator import attrgetter
 from vmsched.cpumanager.partition import minimum_partition
 
 from .config import PolicyConfig
-from .decisions import Abort, Decision, Mold, Resume, SetMaxMpl, Start, Suspend
+from .decisions import Abort, Decision, Mold, Reason, Resume, SetMaxMpl, Start, Suspend
 from .orders import ordered_tuple
 from .profile import FreeProfile
 from .sizes import Shape, estimate_at
@@ -45,23 +45,24 @@ class RunningSet:
     what. Callers must not modify the lists it hands out.
     """
 
-    __slots__ = ("jobs", "by_id", "used", "_split", "_by_end")
+    __slots__ = ("jobs", "by_id", "used", "any_suspended", "_ordered", "_split", "_by_end")
 
     def __init__(self, jobs: tuple[RunningJob, ...]) -> None:
         self.jobs = jobs
         # Sorted by start so that the result never depends on the order the driver listed them in.
         # Two stable sorts on C-level keys build no key tuples (drivers list them mostly in order already).
-        ordered = sorted(sorted(jobs, key=_ID), key=_START)
-        self.by_id = {r.job_id: r for r in ordered}
+        self._ordered = ordered = sorted(sorted(jobs, key=_ID), key=_START)
+        self.by_id = dict(zip(map(_ID, ordered), ordered, strict=True))
         self.used = sum(map(_HELD, ordered))  # CPUs held at their minimum partitions
+        self.any_suspended = any(map(_SUSPENDED, ordered))
         self._split: tuple[list[RunningJob], list[RunningJob]] | None = None
         self._by_end: tuple[list[float], list[int]] | None = None
 
     def split(self) -> tuple[list[RunningJob], list[RunningJob]]:
         """(active, suspended), oldest start first."""
         if self._split is None:
-            jobs = list(self.by_id.values())
-            if any(map(_SUSPENDED, jobs)):
+            jobs = self._ordered
+            if self.any_suspended:
                 self._split = [r for r in jobs if not r.suspended], [r for r in jobs if r.suspended]
             else:  # the common case, in C: nothing suspended
                 self._split = jobs, []
@@ -138,6 +139,12 @@ class Workspace:
             self._split_running()
         return self._suspended  # type: ignore[return-value]
 
+    def any_suspended(self) -> bool:
+        """Whether a running job is suspended (asked at every pass: the snapshot's answer while it holds)."""
+        if self._base is not None:
+            return self._base.any_suspended
+        return bool(self.suspended())
+
     def _split_running(self) -> None:
         # Asked several times per call (profile, expiry, backfill); kept until the running set changes.
         if self._base is not None:
@@ -188,7 +195,7 @@ class Workspace:
 
     def _replace_running(self, job: RunningJob) -> None:
         old = self.running.get(job.job_id)
-        self._used += min_cpus(job) - (min_cpus(old) if old is not None else 0)
+        self._used += job.held - (old.held if old is not None else 0)  # min_cpus, without the calls
         self.running[job.job_id] = job
         self._active = self._suspended = self._base = None
 
@@ -198,11 +205,14 @@ class Workspace:
         self,
         job: QueuedJob,
         shape: Shape,
-        reason: str,
+        reason: str | Reason,
         backfilled: bool = False,
         window: bool = False,
+        estimate: float | None = None,
     ) -> None:
-        estimate = estimate_at(job, shape.nranks)
+        """`estimate`: estimate_at(job, shape.nranks), when the caller has it already."""
+        if estimate is None:
+            estimate = estimate_at(job, shape.nranks)
         window_end = self.now + estimate if window else None
         self.gone.add(job.job_id)
         if self._long_queued >= 0:
@@ -227,7 +237,7 @@ class Workspace:
         # A job started in this same call is started with the new max MPL instead.
         for i, d in enumerate(self.decisions):
             if isinstance(d, Start) and d.job_id == job_id:
-                self.decisions[i] = replace(d, max_mpl=max_mpl, reason=f"{d.reason}; then max MPL {max_mpl}: {reason}")
+                self.decisions[i] = replace(d, max_mpl=max_mpl, why=f"{d.reason}; then max MPL {max_mpl}: {reason}")
                 return
         self.decisions.append(SetMaxMpl(job_id, max_mpl, reason))
 

@@ -1,0 +1,111 @@
+"""Shortcuts of the decision core and of the simulator against the general paths they skip: each is
+exact, and these tests fail when one is not (see docs/vmsim.md, "Textbook correctness and speed")."""
+
+from __future__ import annotations
+
+import math
+import random
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tests.test_policies import cfg, q, r, snap
+from vmsched.launcher.policy import Start, decide
+from vmsched.launcher.policy.decisions import Reason
+from vmsched.launcher.policy.snapshot import QueuedJob
+from vmsched.launcher.policy.start_rules import RULES
+from vmsched.launcher.policy.workspace import Workspace
+from vmsched.sim.engine import Simulation, folding_runtime
+
+# Rules that start the head with StartRule.try_start (no shrinking of running jobs to make room).
+PLAIN_RULES = ["fcfs", "moldable", "asp-max", "psa", "sa-start", "sa-submit"]
+
+procs_lists = st.lists(st.integers(1, 24), min_size=1, max_size=3, unique=True).map(lambda p: sorted(p, reverse=True))
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.sampled_from(PLAIN_RULES),
+    st.integers(1, 16),  # CPUs
+    st.lists(st.tuples(procs_lists, st.sampled_from([None, 1, 2, 4]), st.sampled_from([1, 2, 4, 8])), min_size=1,
+             max_size=4),  # queued jobs: procs, user's MPL cap, policy's MPL limit (the same for all)
+    st.lists(st.integers(1, 6), max_size=4),  # running jobs' sizes
+)  # fmt: skip
+def test_no_shape_needs_fewer_cpus_than_the_floor_and_try_start_bound_changes_nothing(policy, ncpus, jobs, running):
+    """core.nothing_fits and StartRule.try_start's early return rest on one fact: no shape a start rule
+    offers needs fewer CPUs than the job's floor_cpus. Checked for every shape, and try_start with the
+    bound against the shapes loop it skips."""
+    limit = jobs[0][2]
+    config = cfg(policy, max_mpl_limit=limit)
+    rule = RULES[policy]
+    queue = [q(i + 1, tuple(p), max_mpl=cap) for i, (p, cap, _) in enumerate(jobs)]
+    held, run = 0, []
+    for i, n in enumerate(running):
+        if held + n <= ncpus:
+            run.append(r(100 + i, n, est=50.0 * (i + 1)))
+            held += n
+    s = snap(ncpus, queue, run)
+    for job in queue:
+        ws = Workspace.from_snapshot(s, config)
+        shapes = rule.shapes(job, ws) + rule.backfill_shapes(job, ws) + [rule.preferred(job, ws)]
+        assert all(shape.cpus >= job.floor_cpus for shape in shapes), (job, shapes)
+        general = Workspace.from_snapshot(s, config)
+        for shape in rule.shapes(job, general):  # StartRule.try_start without the bound
+            if general.fits(job.job_id, shape):
+                general.start(job, shape, "")
+                break
+        fast = Workspace.from_snapshot(s, config)
+        assert rule.try_start(job, fast) == bool(general.decisions)
+        assert [(d.job_id, d.nranks, d.max_mpl) for d in fast.decisions] == [
+            (d.job_id, d.nranks, d.max_mpl) for d in general.decisions
+        ]
+
+
+def test_a_start_reads_the_same_reason_formatted_late_as_early():
+    """Start's reason is formatted when first read (decisions.Reason); compared, hashed and shown by
+    its text, as a plain string field was."""
+    late = Start(1, 4, 1, True, 10.0, Reason(lambda a, b: f"{a} until t={b:g}", "easy", 10.0), 10.0)
+    early = Start(1, 4, 1, True, 10.0, "easy until t=10", 10.0)
+    assert late.reason == "easy until t=10" and late == early and hash(late) == hash(early)
+    assert repr(late) == repr(early) and "reason='easy until t=10'" in repr(late)
+    assert late != Start(1, 4, 1, True, 10.0, "other", 10.0)
+    # The texts decide() gives: a backfilled start names the head's reservation it protects.
+    s = snap(10, [q(1, 10), q(2, 2, est=50.0)], [r(9, 8, est=100.0)])
+    [start] = decide(s, cfg("fcfs+easy:none"))
+    assert start.reason == "easy backfill (fcfs): 2 ranks until t=50 without delaying job 1's reservation at t=100"
+    [head] = decide(snap(10, [q(1, 4)]), cfg("fcfs+easy:none"))
+    assert head.reason == "fcfs: start 4 ranks (10 CPUs free)"
+
+
+def _workload(seed: int, n: int = 80) -> list[QueuedJob]:
+    rng = random.Random(seed)
+    jobs, t = [], 0.0
+    for jid in range(1, n + 1):
+        t += rng.randint(1, 30)
+        procs = rng.choice([(8,), (4,), (2,), (1,), (8, 4, 2), (6,)])
+        jobs.append(QueuedJob(jid, t, "u", procs, rng.choice([None, 1, 1, 2]), rng.choice(["long", "short"]),
+                              float(rng.randint(5, 200))))  # fmt: skip
+    return jobs
+
+
+class _Checked(Simulation):
+    """The least queued floor it keeps is the least of its counts at every instant."""
+
+    def nothing_fits(self) -> bool:
+        assert self._least_floor in (None, min(self.floors, default=math.inf))
+        return super().nothing_fits()
+
+
+class _General(_Checked):
+    quick_fixed_starts = False
+
+
+def test_the_simulators_shortcuts_give_the_general_paths_records():
+    """Fixed-size jobs started in one step (Simulation.quick_fixed_starts) and the least floor kept
+    across instants give the records of the general path: start, end, partition history, CPU time."""
+    for spec in ("fcfs+easy:none", "fjt+easy:malleable", "folding+conservative:suspend", "moldable+easy:abort"):
+        for seed in (1, 2, 3):
+            model = lambda j, n, c: 1.3 * folding_runtime(j, n, c)  # noqa: E731
+            fast = _Checked(_workload(seed), 8, cfg(spec), model).run()
+            general = _General(_workload(seed), 8, cfg(spec), model).run()
+            assert fast == general, (spec, seed)
