@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.test_policies import cfg, q, r, snap
-from vmsched.launcher.policy import Start, decide
+from vmsched.launcher.policy import Snapshot, Start, decide
 from vmsched.launcher.policy.decisions import Reason
 from vmsched.launcher.policy.snapshot import QueuedJob
 from vmsched.launcher.policy.start_rules import RULES
@@ -109,3 +109,48 @@ def test_the_simulators_shortcuts_give_the_general_paths_records():
             fast = _Checked(_workload(seed), 8, cfg(spec), model).run()
             general = _General(_workload(seed), 8, cfg(spec), model).run()
             assert fast == general, (spec, seed)
+
+
+def test_the_simulator_says_its_queue_is_in_fifo_order_only_when_it_is():
+    """Snapshot.fifo_listed spares decide() the fifo sort: the simulator claims it exactly while no
+    requeued job is listed after later submissions, and the same snapshot without the claim (sorted
+    by decide()) gives the same decisions at every instant."""
+    for spec in ("fcfs+easy:abort", "fcfs+easy:none", "fjt+easy:malleable", "moldable+conservative:abort"):
+        claimed = unclaimed = 0
+
+        def check(snap: Snapshot, decisions: list, spec: str = spec) -> None:
+            nonlocal claimed, unclaimed
+            in_order = list(snap.queue) == sorted(snap.queue, key=lambda j: j.submit_time)
+            assert not snap.fifo_listed or in_order, snap.queue
+            claimed += snap.fifo_listed
+            unclaimed += not snap.fifo_listed
+            plain = Snapshot(snap.now, snap.ncpus, tuple(list(snap.queue)), snap.running)
+            assert decide(plain, cfg(spec)) == decisions, f"t={snap.now:g}"
+
+        slow = lambda j, n, c: 1.5 * folding_runtime(j, n, c)  # noqa: E731 - windows expire: jobs are requeued
+        for seed in (1, 2):
+            Simulation(_workload(seed), 8, cfg(spec), slow, on_decide=check).run()
+        assert claimed > 50, (spec, claimed)
+        if spec.endswith(":abort"):
+            assert unclaimed > 0, (spec, "no requeued job listed out of order: the other case was not seen")
+
+
+def test_the_order_the_driver_lists_running_jobs_in_changes_no_decision():
+    """RunningSet sorts running jobs by start only when a pass asks for them in that order; the profile
+    of their releases is built from the driver's order (jobs ending together release together). The
+    running jobs listed in reverse and shuffled give the same decisions at every instant."""
+    for spec in ("fcfs+easy:none", "fcfs+conservative:none", "folding+easy:suspend", "fjt+easy:malleable", "sa-start"):
+        seen = 0
+
+        def check(snap: Snapshot, decisions: list, spec: str = spec) -> None:
+            nonlocal seen
+            shuffled = list(snap.running)
+            random.Random(len(shuffled)).shuffle(shuffled)
+            for running in (tuple(reversed(snap.running)), tuple(shuffled)):
+                other = Snapshot(snap.now, snap.ncpus, snap.queue, running, snap.fifo_listed)
+                assert decide(other, cfg(spec)) == decisions, f"t={snap.now:g}"
+            seen += len(snap.running) > 1
+
+        for seed in (1, 2):
+            Simulation(_workload(seed), 8, cfg(spec), folding_runtime, on_decide=check).run()
+        assert seen > 20, (spec, seen)

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 
@@ -116,8 +115,12 @@ class Simulation:
         self.suspended: set[int] = set()
         # How many queued jobs have each floor_cpus: the least of them tells whether any queued job can
         # fit the free CPUs (a handful of distinct values, where the queue may hold thousands of jobs).
-        self.floors: Counter[int] = Counter()
+        self.floors: dict[int, int] = {}
         self._least_floor: float | None = math.inf  # min(self.floors); None once a removal may have raised it
+        # Queued jobs listed after a job submitted later (a requeued job keeps its submit time): while there
+        # are none, the queue is listed in FIFO order (Snapshot.fifo_listed) and decide() needs no sort.
+        self._out_of_order: set[int] = set()
+        self._latest_submit = -math.inf  # of the jobs enqueued so far
         self.now = self.pending[0].submit_time if self.pending else 0.0
         # Whether expiring windows can ever wake the policy (next_event_time is None otherwise).
         self.windows_act = cfg.backfill != "none" and cfg.expiry != "none"
@@ -129,43 +132,49 @@ class Simulation:
             self._queue_tuple = tuple(self.queue.values())
         if self._running_tuple is None:
             self._running_tuple = tuple(self.views.values())
-        return Snapshot(self.now, self.ncpus, self._queue_tuple, self._running_tuple)
+        return Snapshot(self.now, self.ncpus, self._queue_tuple, self._running_tuple, not self._out_of_order)
 
     def run(self) -> list[JobRecord]:
-        pending, nxt = self.pending, 0
+        # Locals for what every instant reads: archive logs have 10^5 instants, each a few microseconds.
+        pending, nxt, npending, ends = self.pending, 0, len(self.pending), self.ends
+        cfg, on_decide = self.cfg, self.on_decide
         for _ in range(self.max_events):
-            while nxt < len(pending) and pending[nxt].submit_time <= self.now:
+            while nxt < npending and pending[nxt].submit_time <= self.now:
                 self._enqueue(pending[nxt])
                 nxt += 1
             if self.nothing_fits():
                 # decide() would decide nothing (core.nothing_fits says why that is exact): neither it
                 # nor its snapshot is needed, and no partition changes.
                 after = self.snapshot
-                if self.on_decide is not None:
-                    self.on_decide(self.snapshot(), [])
+                if on_decide is not None:
+                    on_decide(self.snapshot(), [])
             else:
                 snap = self.snapshot()
-                decisions = decide(snap, self.cfg)
+                decisions = decide(snap, cfg)
                 for d in decisions:
                     self._apply(d)
                 after = self.snapshot if decisions else (lambda s=snap: s)
                 if self.elastic or self.fixed_cpus > self.ncpus:
                     self._repartition(after)
-                if self.on_decide is not None:
-                    self.on_decide(snap, decisions)
-            if nxt == len(pending) and not self.queue and not self.running:
+                if on_decide is not None:
+                    on_decide(snap, decisions)
+            if nxt == npending and not self.queue and not self.running:
                 break
-            wake = next_event_time(after(), self.cfg) if self.windows_act and self.expiring() else None
-            t_next = min(
-                pending[nxt].submit_time if nxt < len(pending) else math.inf,
-                math.inf if wake is None else wake,
-                self._next_end(),
-            )
+            # The earliest of the next arrival, window expiry and end (min() of the three, in steps).
+            t_next = pending[nxt].submit_time if nxt < npending else math.inf
+            if self.windows_act and self.expiring():
+                wake = next_event_time(after(), cfg)
+                if wake is not None and wake < t_next:
+                    t_next = wake
+            end = self._next_end()
+            if end < t_next:
+                t_next = end
             if t_next == math.inf:
                 stuck = sorted(self.queue) or sorted(self.running)
                 raise RuntimeError(f"simulation stuck at t={self.now:g}: jobs {stuck} can never start or finish")
             self.now = t_next
-            self._finish_due()
+            if ends and ends[0][0] <= t_next:
+                self._finish_due()
         else:
             raise RuntimeError(f"simulation did not end within {self.max_events} events")
         return [self.records[jid] for jid in sorted(self.records)]
@@ -174,15 +183,21 @@ class Simulation:
         self.queue[job.job_id] = job
         self._queue_tuple = None
         self._count_floor(job.floor_cpus, +1)
+        if job.submit_time < self._latest_submit:
+            self._out_of_order.add(job.job_id)
+        else:
+            self._latest_submit = job.submit_time
 
     def _dequeue(self, job_id: int) -> QueuedJob:
         job = self.queue.pop(job_id)
         self._queue_tuple = None
         self._count_floor(job.floor_cpus, -1)
+        if self._out_of_order:
+            self._out_of_order.discard(job_id)
         return job
 
     def _count_floor(self, floor: int, delta: int) -> None:
-        left = self.floors[floor] + delta
+        left = self.floors.get(floor, 0) + delta
         if left:
             self.floors[floor] = left
         else:
@@ -223,8 +238,13 @@ class Simulation:
             run = running.get(jid)
             if run is None or run.version != version:
                 continue
-            self._remove(run)
             v = run.view
+            if self.elastic or self.suspended:
+                self._remove(run)
+            else:  # _remove, when every running job has a fixed size
+                del running[jid], self.views[jid]
+                self._running_tuple = None
+                self.fixed_cpus -= v.nranks
             cpu_seconds = run.cpu_seconds + v.cpus * (self.now - run.t_mark)
             self.records[jid] = JobRecord(jid, run.job.submit_time, v.start_time, self.now, v.nranks, v.backfilled,
                                           run.history, self.aborts.get(jid, 0), cpu_seconds)  # fmt: skip

@@ -43,14 +43,16 @@ def reservations(
     return profile, plan
 
 
-def shadow_reservation(ws: Workspace, rule: StartRule) -> tuple[ShadowProfile, dict[int, tuple[float, float, int]]]:
-    """reservations(ws, rule, 1) as a ShadowProfile, for a machine with nothing suspended."""
-    profile = ShadowProfile(ws.now, ws.free_now(), *ws.releases())
-    head = ws.ordered()[0]
+def shadow_reservation(
+    ws: Workspace, rule: StartRule, free: int, head: QueuedJob
+) -> tuple[ShadowProfile, dict[int, tuple[float, float, int]]]:
+    """reservations(ws, rule, 1) as a ShadowProfile, for a machine with nothing suspended (`free`:
+    ws.free_now(), `head`: the first queued job)."""
+    profile = ShadowProfile(ws.now, free, *ws.releases())
     shape = rule.preferred(head, ws)
-    duration = estimate_at(head, shape.nranks)
-    start = profile.reserve_head(shape.cpus, duration)
-    return profile, ({} if start is None else {head.job_id: (start, start + duration, shape.cpus)})
+    duration, cpus = estimate_at(head, shape.nranks), shape.cpus
+    start = profile.reserve_head(cpus, duration)
+    return profile, ({} if start is None else {head.job_id: (start, start + duration, cpus)})
 
 
 def backfill(ws: Workspace, rule: StartRule, head: QueuedJob) -> None:
@@ -70,7 +72,7 @@ def backfill(ws: Workspace, rule: StartRule, head: QueuedJob) -> None:
         # EASY with nothing suspended, the common case at archive scale: the head's reservation from two
         # numbers, then one pass over the queue with all the bounds below at once (spans(free) as two
         # numbers: sizes below `lasting` stay free for ever, the others for `window`).
-        profile, plan = shadow_reservation(ws, rule)
+        profile, plan = shadow_reservation(ws, rule, free, head)
         lasting, window, forever = profile.lasting(free), profile.shadow - ws.now, math.inf
         candidates = [j for j in ws.ordered()
                       if j.floor_cpus <= free and j.min_procs <= room

@@ -32,7 +32,7 @@ def no_room(snapshot: Snapshot, cfg: PolicyConfig, rule: StartRule) -> bool:
     free CPU, and nothing would free one (a rule that shrinks running jobs to make room, an expiry
     action) or mold a queued job. A shortcut, not a rule: decide_in_workspace would return nothing too
     (tests/test_vmsim_parity.py checks it); a simulated queue hits it at a third of its events."""
-    return waits_for_cpus(cfg, rule) and running_set(snapshot.running).used >= snapshot.ncpus
+    return running_set(snapshot.running).used >= snapshot.ncpus and waits_for_cpus(cfg, rule)
 
 
 def waits_for_cpus(cfg: PolicyConfig, rule: StartRule | None = None) -> bool:

@@ -90,3 +90,7 @@ class Snapshot:
     ncpus: int
     queue: tuple[QueuedJob, ...]  # waiting jobs, in arrival order
     running: tuple[RunningJob, ...]
+    # Whether the driver lists `queue` in FIFO order already (submit times never decreasing): the fifo
+    # order is then the queue as listed, without a sort (orders.ordered_tuple). Says how fast, never
+    # what: the sort would give the same. The simulator knows it without looking (engine._out_of_order).
+    fifo_listed: bool = field(default=False, compare=False)

@@ -45,23 +45,31 @@ class RunningSet:
     what. Callers must not modify the lists it hands out.
     """
 
-    __slots__ = ("jobs", "by_id", "used", "any_suspended", "_ordered", "_split", "_by_end")
+    __slots__ = ("jobs", "used", "any_suspended", "_by_id", "_split", "_by_end")
 
     def __init__(self, jobs: tuple[RunningJob, ...]) -> None:
         self.jobs = jobs
-        # Sorted by start so that the result never depends on the order the driver listed them in.
-        # Two stable sorts on C-level keys build no key tuples (drivers list them mostly in order already).
-        self._ordered = ordered = sorted(sorted(jobs, key=_ID), key=_START)
-        self.by_id = dict(zip(map(_ID, ordered), ordered, strict=True))
-        self.used = sum(map(_HELD, ordered))  # CPUs held at their minimum partitions
-        self.any_suspended = any(map(_SUSPENDED, ordered))
+        # What every pass asks, in the driver's order (sums do not depend on it); the rest when asked.
+        self.used = sum(map(_HELD, jobs))  # CPUs held at their minimum partitions
+        self.any_suspended = any(map(_SUSPENDED, jobs))
+        self._by_id: dict[int, RunningJob] | None = None
         self._split: tuple[list[RunningJob], list[RunningJob]] | None = None
         self._by_end: tuple[list[float], list[int]] | None = None
+
+    @property
+    def by_id(self) -> dict[int, RunningJob]:
+        """{job id: job}, oldest start first (then lowest id)."""
+        if self._by_id is None:
+            # Sorted by start so that the result never depends on the order the driver listed them in.
+            # Two stable sorts on C-level keys build no key tuples (drivers list them mostly in order already).
+            ordered = sorted(sorted(self.jobs, key=_ID), key=_START)
+            self._by_id = dict(zip(map(_ID, ordered), ordered, strict=True))
+        return self._by_id
 
     def split(self) -> tuple[list[RunningJob], list[RunningJob]]:
         """(active, suspended), oldest start first."""
         if self._split is None:
-            jobs = self._ordered
+            jobs = list(self.by_id.values())
             if self.any_suspended:
                 self._split = [r for r in jobs if not r.suspended], [r for r in jobs if r.suspended]
             else:  # the common case, in C: nothing suspended
@@ -71,7 +79,10 @@ class RunningSet:
     def releases(self) -> tuple[list[float], list[int]]:
         """The active jobs' expected ends, in order, and the CPUs each then releases."""
         if self._by_end is None:
-            by_end = sorted(self.split()[0], key=_END)
+            # From the driver's order, not the start order: jobs ending at the same time release their
+            # CPUs at once, so the profiles built from these lists do not depend on their order.
+            active = [r for r in self.jobs if not r.suspended] if self.any_suspended else self.jobs
+            by_end = sorted(active, key=_END)
             self._by_end = list(map(_END, by_end)), list(map(_HELD, by_end))
         return self._by_end
 
@@ -93,7 +104,10 @@ class Workspace:
     now: float
     ncpus: int
     cfg: PolicyConfig
-    running: dict[int, RunningJob]
+    # The running jobs by id once asked for (`running`): the snapshot's (RunningSet.by_id) with the
+    # jobs started since (`_started`) and every other decision applied. A pass that only starts jobs
+    # never asks: the snapshot's need not be ordered by start nor copied.
+    _running: dict[int, RunningJob] | None
     waiting: tuple[QueuedJob, ...]  # the snapshot's queue, in arrival order; started jobs are in `gone`
     decisions: list[Decision] = field(default_factory=list)
     touched: set[int] = field(default_factory=set)  # acted on for an expired window in this call
@@ -107,13 +121,35 @@ class Workspace:
     _active: list[RunningJob] | None = None
     _suspended: list[RunningJob] | None = None
     _base: RunningSet | None = None  # the snapshot's running jobs, until a decision changes them
+    _snapshot_set: RunningSet | None = None  # the snapshot's running jobs
+    _fifo_listed: bool = False  # Snapshot.fifo_listed (molding a job keeps its place and submit time)
+    # Jobs started while _running is None, as (job, shape, estimate, backfilled, window_end): their
+    # RunningJobs are built only if `running` is asked for.
+    _started: list[tuple[QueuedJob, Shape, float, bool, float | None]] = field(default_factory=list)
 
     @classmethod
     def from_snapshot(cls, snapshot: Snapshot, cfg: PolicyConfig) -> Workspace:
         base = running_set(snapshot.running)
-        ws = cls(snapshot.now, snapshot.ncpus, cfg, base.by_id.copy(), snapshot.queue)
-        ws._used, ws._base = base.used, base
+        ws = cls(snapshot.now, snapshot.ncpus, cfg, None, snapshot.queue)
+        ws._used, ws._base, ws._snapshot_set, ws._fifo_listed = base.used, base, base, snapshot.fifo_listed
         return ws
+
+    @property
+    def running(self) -> dict[int, RunningJob]:
+        """Running jobs by id, as the decisions so far leave them: the snapshot's in start order, then the
+        jobs started in this call in the order they were."""
+        if self._running is None:
+            self._running = self._snapshot_set.by_id.copy() if self._snapshot_set is not None else {}
+            for job, shape, estimate, backfilled, window_end in self._started:
+                self._running[job.job_id] = self._running_job(job, shape, estimate, backfilled, window_end)
+        return self._running
+
+    def _running_job(
+        self, job: QueuedJob, shape: Shape, estimate: float, backfilled: bool, window_end: float | None
+    ) -> RunningJob:
+        # Positional arguments (RunningJob's field order).
+        return RunningJob(job.job_id, shape.nranks, shape.max_mpl, shape.cpus, self.now, estimate, job.job_class,
+                          backfilled, window_end, False, job.submit_time, job.max_mpl)  # fmt: skip
 
     # --- what the machine looks like -------------------------------------------------------------
 
@@ -158,7 +194,7 @@ class Workspace:
         """The queue in priority order (immutable: callers may keep it while jobs start)."""
         # Started jobs are filtered out here, once per batch of starts, not removed one by one.
         if self._ordered is None:
-            self._ordered = ordered_tuple(self.waiting, self.cfg.order)
+            self._ordered = ordered_tuple(self.waiting, self.cfg.order, self._fifo_listed)
             self._ordered_gone = 0
         if self._ordered_gone != len(self.gone):
             gone = self.gone
@@ -217,10 +253,12 @@ class Workspace:
         self.gone.add(job.job_id)
         if self._long_queued >= 0:
             self._long_queued -= job.job_class == "long"
-        # Positional arguments (RunningJob's field order): one is built per started job.
-        started = RunningJob(job.job_id, shape.nranks, shape.max_mpl, shape.cpus, self.now, estimate, job.job_class,
-                             backfilled, window_end, False, job.submit_time, job.max_mpl)  # fmt: skip
-        self._replace_running(started)
+        if self._running is None:  # a queued job is not running: nothing to replace (_replace_running)
+            self._started.append((job, shape, estimate, backfilled, window_end))
+            self._used += shape.cpus  # the RunningJob's `held`
+            self._active = self._suspended = self._base = None
+        else:
+            self._replace_running(self._running_job(job, shape, estimate, backfilled, window_end))
         self.decisions.append(Start(job.job_id, shape.nranks, shape.max_mpl, backfilled, window_end, reason, estimate))
 
     def mold(self, job: QueuedJob, nranks: int, reason: str) -> QueuedJob:
