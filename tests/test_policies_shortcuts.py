@@ -154,3 +154,31 @@ def test_the_order_the_driver_lists_running_jobs_in_changes_no_decision():
         for seed in (1, 2):
             Simulation(_workload(seed), 8, cfg(spec), folding_runtime, on_decide=check).run()
         assert seen > 20, (spec, seen)
+
+
+def test_the_heads_shape_remembered_from_the_last_pass_changes_no_decision():
+    """backfill._head_shape reuses the last head's preferred shape for the same job, rule, machine and
+    config when the rule's choice depends on nothing else: with it forgotten before every call, every
+    instant decides the same (PSA and FJT size the head by the queue: never reused)."""
+    from vmsched.launcher.policy import backfill
+
+    for spec in ("fcfs+easy:none", "moldable+easy:abort", "psa+easy:none", "fjt+easy:malleable", "sa-start+easy:none"):
+        reused = 0
+
+        def check(snap: Snapshot, decisions: list, spec: str = spec) -> None:
+            nonlocal reused
+            reused += backfill._last_head is not None and any(backfill._last_head[1] is j for j in snap.queue)
+            backfill._last_head = None
+            assert decide(snap, cfg(spec)) == decisions, f"t={snap.now:g}"
+
+        for seed in (1, 2):
+            Simulation(_workload(seed), 8, cfg(spec), folding_runtime, on_decide=check).run()
+        if spec.startswith(("fcfs", "moldable")):
+            assert reused > 20, (spec, reused)
+    # A head that PSA sizes by the queue's length is never remembered: the same job heads a longer queue.
+    backfill._last_head = None
+    head, running = q(1, (8, 4, 2, 1), est=100.0), [r(9, 6, est=100.0)]
+    for n in (2, 4, 8):
+        queue = [head, *(q(10 + i, 1, est=500.0) for i in range(n - 1))]
+        decide(snap(8, queue, running), cfg("psa+easy:none"))
+        assert backfill._last_head is None

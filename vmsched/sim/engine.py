@@ -22,7 +22,7 @@ import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 
-from vmsched.cpumanager.partition import JobShape, minimum_partition, partition_sizes
+from vmsched.cpumanager.partition import JobShape, partition_sizes
 from vmsched.launcher.policy.config import PolicyConfig
 from vmsched.launcher.policy.core import decide, hold_idle_cpus, next_event_time, nothing_fits
 from vmsched.launcher.policy.decisions import Abort, Decision, Mold, Resume, SetMaxMpl, Start, Suspend
@@ -136,7 +136,7 @@ class Simulation:
 
     def run(self) -> list[JobRecord]:
         # Locals for what every instant reads: archive logs have 10^5 instants, each a few microseconds.
-        pending, nxt, npending, ends = self.pending, 0, len(self.pending), self.ends
+        pending, nxt, npending, ends, running = self.pending, 0, len(self.pending), self.ends, self.running
         cfg, on_decide = self.cfg, self.on_decide
         for _ in range(self.max_events):
             while nxt < npending and pending[nxt].submit_time <= self.now:
@@ -166,9 +166,14 @@ class Simulation:
                 wake = next_event_time(after(), cfg)
                 if wake is not None and wake < t_next:
                     t_next = wake
-            end = self._next_end()
-            if end < t_next:
-                t_next = end
+            while ends:  # _next_end, inline: asked at every instant
+                end, jid, version = ends[0]
+                run = running.get(jid)
+                if run is not None and run.version == version:
+                    if end < t_next:
+                        t_next = end
+                    break
+                heapq.heappop(ends)  # stale: the job's shape changed or it is gone
             if t_next == math.inf:
                 stuck = sorted(self.queue) or sorted(self.running)
                 raise RuntimeError(f"simulation stuck at t={self.now:g}: jobs {stuck} can never start or finish")
@@ -182,7 +187,11 @@ class Simulation:
     def _enqueue(self, job: QueuedJob) -> None:
         self.queue[job.job_id] = job
         self._queue_tuple = None
-        self._count_floor(job.floor_cpus, +1)
+        floor = job.floor_cpus  # _count_floor(floor, +1), inline: once per job and per requeue
+        self.floors[floor] = self.floors.get(floor, 0) + 1
+        least = self._least_floor
+        if least is not None and floor < least:
+            self._least_floor = floor
         if job.submit_time < self._latest_submit:
             self._out_of_order.add(job.job_id)
         else:
@@ -218,7 +227,7 @@ class Simulation:
         least = self._least_floor
         if least is None:
             least = self._least_floor = min(self.floors, default=math.inf)
-        return nothing_fits(free, least, False, self.cfg)
+        return least > free and nothing_fits(free, least, False, self.cfg)  # false whenever a floor fits
 
     # -- finishing ---------------------------------------------------------------------------------
     def _next_end(self) -> float:
@@ -257,8 +266,8 @@ class Simulation:
         if isinstance(d, Start):
             job = self._dequeue(d.job_id)
             # A job that cannot change size holds its rank count from the start; the others get theirs
-            # when partitions are sized, below.
-            now, cpus = self.now, d.nranks if minimum_partition(d.nranks, d.max_mpl) == d.nranks else 0
+            # when partitions are sized, below. (-(-n // m): minimum_partition, for a Start's valid sizes.)
+            now, cpus = self.now, d.nranks if -(-d.nranks // d.max_mpl) == d.nranks else 0
             view = RunningJob(d.job_id, d.nranks, d.max_mpl, cpus, now, d.estimate, job.job_class, d.backfilled,
                               d.window_end, False, job.submit_time, job.max_mpl)  # fmt: skip
             self.views[d.job_id] = view
@@ -267,11 +276,11 @@ class Simulation:
                 # What _add and _hold do for a fresh job of fixed size (most jobs of an archive log), in one
                 # step: nothing to account yet, one history entry, its end from the model.
                 duration = self.model(job, d.nranks, cpus)
-                self.running[d.job_id] = run = _Run(job, view, 1.0, now, duration, now + duration, 1, 0.0,
-                                                    [(now, d.max_mpl, cpus)])  # fmt: skip
+                end = now + duration
+                self.running[d.job_id] = _Run(job, view, 1.0, now, duration, end, 1, 0.0, [(now, d.max_mpl, cpus)])
                 self.fixed_cpus += cpus
-                if run.end != math.inf:
-                    heapq.heappush(self.ends, (max(run.end, now), d.job_id, 1))
+                if end != math.inf:
+                    heapq.heappush(self.ends, (now if now > end else end, d.job_id, 1))  # max(end, now)
             else:
                 self.running[d.job_id] = run = _Run(job, view, t_mark=now)
                 self._add(run)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 
 from . import plan_cache
+from .config import PolicyConfig
 from .decisions import Reason
 from .profile import FreeProfile, ShadowProfile
 from .sizes import Shape, estimate_at
@@ -49,10 +50,27 @@ def shadow_reservation(
     """reservations(ws, rule, 1) as a ShadowProfile, for a machine with nothing suspended (`free`:
     ws.free_now(), `head`: the first queued job)."""
     profile = ShadowProfile(ws.now, free, *ws.releases())
-    shape = rule.preferred(head, ws)
-    duration, cpus = estimate_at(head, shape.nranks), shape.cpus
+    shape, duration, cpus = _head_shape(ws, rule, head)
     start = profile.reserve_head(cpus, duration)
     return profile, ({} if start is None else {head.job_id: (start, start + duration, cpus)})
+
+
+_last_head: tuple[StartRule, QueuedJob, int, PolicyConfig, tuple[Shape, float, int]] | None = None
+
+
+def _head_shape(ws: Workspace, rule: StartRule, head: QueuedJob) -> tuple[Shape, float, int]:
+    """The head's preferred shape, its estimate at that size and its CPUs; the last head's again for the
+    same job, rule, machine size and config when the rule's preferred shape depends on nothing else
+    (StartRule.preferred_depends_on_state): a head that waits is asked at every pass."""
+    global _last_head
+    last = _last_head  # read once: another thread may replace it meanwhile
+    if last is not None and last[1] is head and last[0] is rule and last[2] == ws.ncpus and last[3] is ws.cfg:
+        return last[4]
+    shape = rule.preferred(head, ws)
+    out = shape, estimate_at(head, shape.nranks), shape.cpus
+    if not rule.preferred_depends_on_state:
+        _last_head = (rule, head, ws.ncpus, ws.cfg, out)
+    return out
 
 
 def backfill(ws: Workspace, rule: StartRule, head: QueuedJob) -> None:
@@ -75,15 +93,15 @@ def backfill(ws: Workspace, rule: StartRule, head: QueuedJob) -> None:
         profile, plan = shadow_reservation(ws, rule, free, head)
         lasting, window, forever = profile.lasting(free), profile.shadow - ws.now, math.inf
         candidates = [j for j in ws.ordered()
-                      if j.floor_cpus <= free and j.min_procs <= room
-                      and j.estimate <= (forever if j.floor_cpus < lasting else window) and j is not head]  # fmt: skip
+                      if j.floor_cpus <= free and j.estimate <= (forever if j.floor_cpus < lasting else window)
+                      and j.min_procs <= room and j is not head]  # fmt: skip
         order = None
     else:
         general = _general(ws, rule, head, depth, ws.suspended(), free, room)
         if general is None:
             return
         profile, plan, candidates, order = general
-    free = ws.free_now()
+        free = ws.free_now()  # after the resumptions
     for job in candidates:
         if free <= 0:
             break  # every shape needs a CPU: nothing else can start now
@@ -100,24 +118,22 @@ def backfill(ws: Workspace, rule: StartRule, head: QueuedJob) -> None:
                 duration, cpus = estimate_at(job, shape.nranks), shape.cpus
                 # `cpus <= free` is ws.fits(job.job_id, shape): `free` is kept at ws.free_now().
                 if profile.fits_from_now(cpus, duration) and cpus <= free:
-                    profile.reserve(ws.now, ws.now + duration, cpus)
-                    ws.start(job, shape, _reason(ws, rule, job, shape, duration, plan, head, depth), backfilled=True,
-                             window=True, estimate=duration)  # fmt: skip
+                    until = ws.now + duration
+                    profile.reserve(ws.now, until, cpus)
+                    # The reason is formatted when read (decisions.Reason). EASY's plan is made for this call
+                    # and never changed, so it is read then; a conservative plan may be carried over to the
+                    # next call and changed there: its part is made now.
+                    held = plan if depth == 1 else _describe_plan(plan, head, depth, job.job_id)
+                    why = Reason(
+                        _backfill_text, ws.cfg.backfill, rule.name, job, shape, until, ws.ncpus, held, head, depth
+                    )
+                    ws.start(job, shape, why, True, True, duration)  # backfilled, with a window
                     free, own = ws.free_now(), None
                     break
         if own is not None:
             profile.reserve(*own)
     if order is not None:
         plan_cache.remember(ws, profile, order)
-
-
-def _reason(ws: Workspace, rule: StartRule, job: QueuedJob, shape: Shape, duration: float,
-            plan: dict[int, tuple[float, float, int]], head: QueuedJob, depth: float) -> Reason:  # fmt: skip
-    """A backfilled start's reason. EASY's plan is made for this call and never changed, so it is read when the
-    text is; a conservative plan may be carried over to the next call and changed there: its part is made now."""
-    held = plan if depth == 1 else _describe_plan(plan, head, depth, job.job_id)
-    until = ws.now + duration
-    return Reason(_backfill_text, ws.cfg.backfill, rule.name, job, shape, until, ws.ncpus, held, head, depth)
 
 
 def _backfill_text(backfill: str, rule: str, job: QueuedJob, shape: Shape, until: float, ncpus: int,

@@ -71,7 +71,7 @@ def decide_in_workspace(snapshot: Snapshot, cfg: PolicyConfig, rule: StartRule) 
             continue
         if cfg.backfill == "none":
             break
-        expired = expired_jobs(ws, head)
+        expired = expired_jobs(ws, head) if cfg.expiry != "none" else None  # none expire without an action
         if expired:
             act_on_expired(ws, expired, head)
             continue  # their CPUs may be enough for the head now

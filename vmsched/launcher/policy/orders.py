@@ -60,16 +60,12 @@ def ordered_queue(queue: Sequence[QueuedJob], order: str) -> list[QueuedJob]:
 _last: tuple[tuple[QueuedJob, ...], str, tuple[QueuedJob, ...]] | None = None
 
 
-def ordered_tuple(queue: tuple[QueuedJob, ...], order: str, fifo_listed: bool = False) -> tuple[QueuedJob, ...]:
+def ordered_tuple(queue: tuple[QueuedJob, ...], order: str) -> tuple[QueuedJob, ...]:
     """ordered_queue as a tuple; for the same queue tuple as the last call, the last result again.
 
     A driver may hand the same queue to several calls (the simulator does at every finish that started
     nothing). The order is a function of the immutable tuple alone, so reuse changes how fast, never what.
-    `fifo_listed` (Snapshot.fifo_listed): the submit times never decrease along the queue, so the fifo
-    order, a stable sort by submit time, is the queue itself.
     """
-    if fifo_listed and order == "fifo":
-        return queue
     global _last
     last = _last  # read once: another thread may replace it meanwhile
     if last is not None and last[0] is queue and last[1] == order:

@@ -117,6 +117,8 @@ class Rigid(StartRule):
         n = job.procs[0]
         return Shape(n, 1) if n <= ws.ncpus else super().preferred(job, ws)
 
+    backfill_shapes = shapes  # StartRule.backfill_shapes without the extra call (asked at every backfill)
+
 
 class PercentageOffers(StartRule):
     """FCFS that offers a job which does not fit 80/70/60/50/40 % of its request, rounded down to an

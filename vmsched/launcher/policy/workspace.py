@@ -194,11 +194,16 @@ class Workspace:
         """The queue in priority order (immutable: callers may keep it while jobs start)."""
         # Started jobs are filtered out here, once per batch of starts, not removed one by one.
         if self._ordered is None:
-            self._ordered = ordered_tuple(self.waiting, self.cfg.order, self._fifo_listed)
+            if self._fifo_listed and self.cfg.order == "fifo":
+                # Submit times never decrease along the queue (Snapshot.fifo_listed): the fifo order, a
+                # stable sort by submit time, is the queue itself.
+                self._ordered = self.waiting
+            else:
+                self._ordered = ordered_tuple(self.waiting, self.cfg.order)
             self._ordered_gone = 0
         if self._ordered_gone != len(self.gone):
             gone = self.gone
-            self._ordered = tuple(j for j in self._ordered if j.job_id not in gone)
+            self._ordered = tuple([j for j in self._ordered if j.job_id not in gone])  # a list first: faster
             self._ordered_gone = len(gone)
         return self._ordered
 
