@@ -182,3 +182,21 @@ def test_the_heads_shape_remembered_from_the_last_pass_changes_no_decision():
         queue = [head, *(q(10 + i, 1, est=500.0) for i in range(n - 1))]
         decide(snap(8, queue, running), cfg("psa+easy:none"))
         assert backfill._last_head is None
+
+
+def test_a_simulation_leaves_no_cycles_for_the_paused_collector():
+    """Simulation.run pauses the cyclic garbage collector: that holds no memory only while a run builds
+    no reference cycles, which these runs (every kind of decision) check. The collector runs again after."""
+    import gc
+
+    slow = lambda j, n, c: 1.4 * folding_runtime(j, n, c)  # noqa: E731 - windows expire: aborts, suspensions
+    for spec in ("fcfs+easy:abort", "fjt+easy:malleable", "folding+conservative:suspend", "sa-submit+easy:none"):
+        gc.collect()
+        gc.disable()
+        try:
+            Simulation(_workload(4), 8, cfg(spec), slow).run()
+            assert gc.collect() == 0, spec
+        finally:
+            gc.enable()
+    Simulation(_workload(4), 8, cfg("fcfs+easy:none")).run()
+    assert gc.isenabled()
