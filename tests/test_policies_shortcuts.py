@@ -200,3 +200,36 @@ def test_a_simulation_leaves_no_cycles_for_the_paused_collector():
             gc.enable()
     Simulation(_workload(4), 8, cfg("fcfs+easy:none")).run()
     assert gc.isenabled()
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(1, 4), st.integers(0, 60), st.booleans()), max_size=5),  # size, end, stopped
+    st.lists(st.tuples(st.integers(1, 4), st.sampled_from([0.0, 5.0, 10.0, 30.0]), st.booleans()), min_size=1,
+             max_size=4),  # started in the pass: ranks, estimate, with a window
+)  # fmt: skip
+def test_a_pass_that_only_started_jobs_sees_the_releases_of_the_running_jobs_by_id(running, started):
+    """Workspace.releases and any_suspended after starts only, without building the running jobs by id,
+    give what they give from them: the same profile and the same head slot."""
+    from vmsched.launcher.policy.profile import FreeProfile, ShadowProfile
+    from vmsched.launcher.policy.sizes import Shape
+
+    now = 20.0
+    jobs = [r(100 + i, n, start=0.0, est=float(end), suspended=s) for i, (n, end, s) in enumerate(running)]
+    s = snap(64, [q(i + 1, n, est=e) for i, (n, e, _) in enumerate(started)], jobs, now=now)
+    fast, general = Workspace.from_snapshot(s, cfg("fcfs+easy:none")), Workspace.from_snapshot(s, cfg("fcfs+easy:none"))
+    general.running  # noqa: B018 - built now: every start below goes through it
+    for ws in (fast, general):
+        for job, (n, e, window) in zip(s.queue, started, strict=True):
+            ws.start(job, Shape(n, 1), "", window, window, e)
+    assert fast.any_suspended() == general.any_suspended()
+    (ends, cpus), (ends2, cpus2) = fast.releases(), general.releases()
+    assert ends == ends2 and sorted(zip(ends, cpus, strict=True)) == sorted(zip(ends2, cpus2, strict=True))
+    free = fast.free_now()
+    assert free == general.free_now()
+    steps = FreeProfile.of_sorted(now, free, ends, cpus).steps()
+    assert steps == FreeProfile.of_sorted(now, free, ends2, cpus2).steps()
+    for need in range(1, 12):
+        assert ShadowProfile(now, free, ends, cpus).reserve_head(need, 10.0) == ShadowProfile(
+            now, free, ends2, cpus2
+        ).reserve_head(need, 10.0)

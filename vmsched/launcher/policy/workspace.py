@@ -6,6 +6,7 @@ as it will be (a started job holds its minimum partition, an aborted one holds n
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from dataclasses import dataclass, field, replace
 from operator import attrgetter
 
@@ -179,6 +180,8 @@ class Workspace:
         """Whether a running job is suspended (asked at every pass: the snapshot's answer while it holds)."""
         if self._base is not None:
             return self._base.any_suspended
+        if self._running is None:  # only starts since the snapshot, and a started job is not suspended
+            return self._snapshot_set.any_suspended  # type: ignore[union-attr]
         return bool(self.suspended())
 
     def _split_running(self) -> None:
@@ -227,6 +230,17 @@ class Workspace:
         """The active jobs' expected ends, in order, and the CPUs each then releases."""
         if self._base is not None:
             return self._base.releases()
+        if self._running is None and self._snapshot_set is not None:
+            # Only starts since the snapshot (a pass that started the head): its releases and theirs, each
+            # started job's at now + its estimate with its minimum partition (RunningJob's expected_end and
+            # held), without building the running jobs by id. Ties in any order: they release together.
+            ends, cpus = (list(x) for x in self._snapshot_set.releases())
+            for _, shape, estimate, _, _ in self._started:
+                end = self.now + estimate
+                k = bisect_right(ends, end)
+                ends.insert(k, end)
+                cpus.insert(k, shape.cpus)
+            return ends, cpus
         by_end = sorted(self.active(), key=_END)
         return list(map(_END, by_end)), list(map(_HELD, by_end))
 
