@@ -67,6 +67,9 @@ def test_shadow_profile_answers_as_the_step_function(free, releases, head_cpus, 
         full.reserve(start, start + head_d, head_cpus)
     most = max(free, 0)
     assert shadow.spans(most) == full.spans(most)
+    # backfill's two-number form of the spans: inf below `lasting`, the window from there.
+    lasting, spans = shadow.lasting(most), full.spans(most)
+    assert [math.inf if c < lasting else shadow.shadow - now for c in range(most + 1)] == spans
     for c, d in asks:
         for size in range(0, 10):
             for dur in (0.0, 1.0, float(d), 100.0):
@@ -301,7 +304,11 @@ def _preferred(job: QueuedJob, policy: str, ncpus: int) -> tuple[int, float]:
         return n, job.estimate * job.procs[0] / n
     if policy == "moldable":
         offers = percentage_offers(job.procs, (1.0, 0.8, 0.7, 0.6, 0.5, 0.4))
-        n = next((n for n in offers if n <= ncpus), offers[0])
+        n = next((n for n in offers if n <= ncpus), None)
+        if n is None:  # no offer fits the machine: the one that folds least, folded just enough to fit
+            n = min(offers, key=lambda o: math.ceil(o / ncpus))
+            fold = math.ceil(n / ncpus)
+            return (math.ceil(n / fold) if fold <= cfg("fcfs").max_mpl_limit else n), job.estimate * job.procs[0] / n
         return n, job.estimate * job.procs[0] / n
     # fcfs: as requested; a job larger than the machine folded just enough to fit (within the MPL cap),
     # on ceil(n / MPL) CPUs, in the time of its request.

@@ -13,6 +13,8 @@ from __future__ import annotations
 import math
 
 from . import plan_cache
+from .config import PolicyConfig
+from .decisions import Reason
 from .profile import FreeProfile, ShadowProfile
 from .sizes import Shape, estimate_at
 from .snapshot import QueuedJob, RunningJob
@@ -42,44 +44,64 @@ def reservations(
     return profile, plan
 
 
-def shadow_reservation(ws: Workspace, rule: StartRule) -> tuple[ShadowProfile, dict[int, tuple[float, float, int]]]:
-    """reservations(ws, rule, 1) as a ShadowProfile, for a machine with nothing suspended."""
-    profile = ShadowProfile(ws.now, ws.free_now(), *ws.releases())
-    head = ws.ordered()[0]
+def shadow_reservation(
+    ws: Workspace, rule: StartRule, free: int, head: QueuedJob
+) -> tuple[ShadowProfile, dict[int, tuple[float, float, int]]]:
+    """reservations(ws, rule, 1) as a ShadowProfile, for a machine with nothing suspended (`free`:
+    ws.free_now(), `head`: the first queued job)."""
+    profile = ShadowProfile(ws.now, free, *ws.releases())
+    shape, duration, cpus = _head_shape(ws, rule, head)
+    start = profile.reserve_head(cpus, duration)
+    return profile, ({} if start is None else {head.job_id: (start, start + duration, cpus)})
+
+
+_last_head: tuple[StartRule, QueuedJob, int, PolicyConfig, tuple[Shape, float, int]] | None = None
+
+
+def _head_shape(ws: Workspace, rule: StartRule, head: QueuedJob) -> tuple[Shape, float, int]:
+    """The head's preferred shape, its estimate at that size and its CPUs; the last head's again for the
+    same job, rule, machine size and config when the rule's preferred shape depends on nothing else
+    (StartRule.preferred_depends_on_state): a head that waits is asked at every pass."""
+    global _last_head
+    last = _last_head  # read once: another thread may replace it meanwhile
+    if last is not None and last[1] is head and last[0] is rule and last[2] == ws.ncpus and last[3] is ws.cfg:
+        return last[4]
     shape = rule.preferred(head, ws)
-    duration = estimate_at(head, shape.nranks)
-    start = profile.reserve_head(shape.cpus, duration)
-    return profile, ({} if start is None else {head.job_id: (start, start + duration, shape.cpus)})
+    out = shape, estimate_at(head, shape.nranks), shape.cpus
+    if not rule.preferred_depends_on_state:
+        _last_head = (rule, head, ws.ncpus, ws.cfg, out)
+    return out
 
 
 def backfill(ws: Workspace, rule: StartRule, head: QueuedJob) -> None:
     """Start (or resume) jobs behind `head` that delay no reservation; `head` itself was refused."""
-    suspended = ws.suspended()
+    any_suspended = ws.any_suspended()
     # This runs over the whole queue at every pass, so jobs are first checked against cheap bounds: no
     # shape of a job needs fewer CPUs than its smallest count folded as far as any policy may fold it
     # (`floor`), nor runs shorter than its estimate at full size. With no job in reach of the free
     # CPUs and none suspended, nothing can start or continue now, and no plan is needed.
     free, limit = ws.free_now(), ws.cfg.max_mpl_limit
-    if free <= 0 and not suspended:
+    if free <= 0 and not any_suspended:
         return  # every shape needs a CPU
     room = free * limit
     depth = DEPTHS[ws.cfg.backfill]
     profile: FreeProfile | ShadowProfile
-    if depth == 1 and not suspended:
+    if depth == 1 and not any_suspended:
         # EASY with nothing suspended, the common case at archive scale: the head's reservation from two
-        # numbers, then one pass over the queue with all the bounds below at once.
-        profile, plan = shadow_reservation(ws, rule)
-        span = profile.spans(free)
+        # numbers, then one pass over the queue with all the bounds below at once (spans(free) as two
+        # numbers: sizes below `lasting` stay free for ever, the others for `window`).
+        profile, plan = shadow_reservation(ws, rule, free, head)
+        lasting, window, forever = profile.lasting(free), profile.shadow - ws.now, math.inf
         candidates = [j for j in ws.ordered()
-                      if j.floor_cpus <= free and j.min_procs <= room and j.estimate <= span[j.floor_cpus]
-                      and j is not head]  # fmt: skip
+                      if j.floor_cpus <= free and j.estimate <= (forever if j.floor_cpus < lasting else window)
+                      and j.min_procs <= room and j is not head]  # fmt: skip
         order = None
     else:
-        general = _general(ws, rule, head, depth, suspended, free, room)
+        general = _general(ws, rule, head, depth, ws.suspended(), free, room)
         if general is None:
             return
         profile, plan, candidates, order = general
-    free = ws.free_now()
+        free = ws.free_now()  # after the resumptions
     for job in candidates:
         if free <= 0:
             break  # every shape needs a CPU: nothing else can start now
@@ -94,18 +116,31 @@ def backfill(ws: Workspace, rule: StartRule, head: QueuedJob) -> None:
         if profile.fits_from_now(floor, job.estimate):
             for shape in rule.backfill_shapes(job, ws):
                 duration, cpus = estimate_at(job, shape.nranks), shape.cpus
-                if profile.fits_from_now(cpus, duration) and ws.fits(job.job_id, shape):
-                    profile.reserve(ws.now, ws.now + duration, cpus)
-                    until, held = ws.now + duration, _describe_plan(plan, head, depth, job.job_id)
-                    reason = f"{ws.cfg.backfill} backfill ({rule.name}): {shape.nranks} ranks until t={until:g} {held}"
-                    reason += fold_note(job, shape, ws.ncpus)
-                    ws.start(job, shape, reason, backfilled=True, window=True)
+                # `cpus <= free` is ws.fits(job.job_id, shape): `free` is kept at ws.free_now().
+                if profile.fits_from_now(cpus, duration) and cpus <= free:
+                    until = ws.now + duration
+                    profile.reserve(ws.now, until, cpus)
+                    # The reason is formatted when read (decisions.Reason). EASY's plan is made for this call
+                    # and never changed, so it is read then; a conservative plan may be carried over to the
+                    # next call and changed there: its part is made now.
+                    held = plan if depth == 1 else _describe_plan(plan, head, depth, job.job_id)
+                    why = Reason(
+                        _backfill_text, ws.cfg.backfill, rule.name, job, shape, until, ws.ncpus, held, head, depth
+                    )
+                    ws.start(job, shape, why, True, True, duration)  # backfilled, with a window
                     free, own = ws.free_now(), None
                     break
         if own is not None:
             profile.reserve(*own)
     if order is not None:
         plan_cache.remember(ws, profile, order)
+
+
+def _backfill_text(backfill: str, rule: str, job: QueuedJob, shape: Shape, until: float, ncpus: int,
+                   held: str | dict[int, tuple[float, float, int]], head: QueuedJob, depth: float) -> str:  # fmt: skip
+    if not isinstance(held, str):
+        held = _describe_plan(held, head, depth, job.job_id)
+    return f"{backfill} backfill ({rule}): {shape.nranks} ranks until t={until:g} {held}" + fold_note(job, shape, ncpus)
 
 
 def _general(

@@ -32,7 +32,7 @@ def no_room(snapshot: Snapshot, cfg: PolicyConfig, rule: StartRule) -> bool:
     free CPU, and nothing would free one (a rule that shrinks running jobs to make room, an expiry
     action) or mold a queued job. A shortcut, not a rule: decide_in_workspace would return nothing too
     (tests/test_vmsim_parity.py checks it); a simulated queue hits it at a third of its events."""
-    return waits_for_cpus(cfg, rule) and running_set(snapshot.running).used >= snapshot.ncpus
+    return running_set(snapshot.running).used >= snapshot.ncpus and waits_for_cpus(cfg, rule)
 
 
 def waits_for_cpus(cfg: PolicyConfig, rule: StartRule | None = None) -> bool:
@@ -59,7 +59,8 @@ def nothing_fits(free_cpus: int, least_floor: float, suspended: bool, cfg: Polic
 def decide_in_workspace(snapshot: Snapshot, cfg: PolicyConfig, rule: StartRule) -> list[Decision]:
     """decide() without the shortcut."""
     ws = Workspace.from_snapshot(snapshot, cfg)
-    rule.mold_new(ws)
+    if rule.molds_queued:  # mold_new does nothing for the other rules
+        rule.mold_new(ws)
     while True:
         ordered = ws.ordered()
         if not ordered:
@@ -70,7 +71,7 @@ def decide_in_workspace(snapshot: Snapshot, cfg: PolicyConfig, rule: StartRule) 
             continue
         if cfg.backfill == "none":
             break
-        expired = expired_jobs(ws, head)
+        expired = expired_jobs(ws, head) if cfg.expiry != "none" else None  # none expire without an action
         if expired:
             act_on_expired(ws, expired, head)
             continue  # their CPUs may be enough for the head now

@@ -5,10 +5,30 @@ Every decision carries a human-readable `reason`, shown in the logs and by `vmq`
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 
-@dataclass(slots=True, unsafe_hash=True)  # never modified once made; not frozen for speed (snapshot.RunningJob)
+class Reason:
+    """A reason's text, formatted when first read: `text(*args)`.
+
+    The simulator starts every job of an archive log through decide() and reads no reason, and the
+    formatting (f-strings, the reservation it protects) cost as much as the rest of a start's
+    bookkeeping; the launcher daemon reads every reason and gets the same text.
+    """
+
+    __slots__ = ("_text", "_args", "_done")
+
+    def __init__(self, text: Callable[..., str], *args: object) -> None:
+        self._text, self._args, self._done = text, args, ""
+
+    def __str__(self) -> str:
+        if not self._done:
+            self._done = self._text(*self._args)
+        return self._done
+
+
+@dataclass(slots=True, eq=False, repr=False)  # never modified once made; not frozen for speed (snapshot.RunningJob)
 class Start:
     """Start a queued job with `nranks` ranks; the CPU manager may fold it down to ceil(nranks/max_mpl)."""
 
@@ -17,10 +37,29 @@ class Start:
     max_mpl: int
     backfilled: bool = False
     window_end: float | None = None  # a backfilled job's window; acted on when it expires
-    reason: str = ""
+    why: str | Reason = ""  # read it as `reason`
     # Estimated run time at this size (the queued estimate scaled to nranks); the driver stores it as
     # RunningJob.estimate so that later reservations see the same figure.
     estimate: float = 0.0
+
+    @property
+    def reason(self) -> str:
+        return self.why if isinstance(self.why, str) else str(self.why)
+
+    # Compared, hashed and shown by the reason's text, as when it was a plain field.
+    def _key(self) -> tuple:
+        return (self.job_id, self.nranks, self.max_mpl, self.backfilled, self.window_end, self.reason, self.estimate)
+
+    def __eq__(self, other: object) -> bool:
+        return self._key() == other._key() if isinstance(other, Start) else NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __repr__(self) -> str:
+        return (f"Start(job_id={self.job_id!r}, nranks={self.nranks!r}, max_mpl={self.max_mpl!r}, "
+                f"backfilled={self.backfilled!r}, window_end={self.window_end!r}, reason={self.reason!r}, "
+                f"estimate={self.estimate!r})")  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)

@@ -165,14 +165,23 @@ class ShadowProfile:
         never fits. The first time `cpus` are free is that start: they stay free, the profile only rises."""
         now, start, avail = self.now, self.now, self.free
         if avail < cpus:
-            free_after = list(accumulate(self._cpus, initial=avail))  # free after each release, rising
-            k = bisect_left(free_after, cpus)
-            if k == len(free_after):
+            # Releases in order until `cpus` are free: a loop that stops there (the head mostly waits for
+            # the first few) costs less than the running sums of them all and a search.
+            ends, released, i, n = self._ends, self._cpus, 0, len(self._cpus)
+            while i < n:
+                avail += released[i]
+                if avail >= cpus:
+                    break
+                i += 1
+            else:
                 return None
-            start = self._ends[k - 1]
+            start = ends[i]
             if start <= now:  # a job past its estimate releases its CPUs the instant after now
                 start = math.nextafter(now, math.inf)
-            avail = free_after[bisect_right(self._ends, start)]  # every release at that time counts
+            for j in range(i + 1, n):  # every release by then counts (those at the same time)
+                if ends[j] > start:
+                    break
+                avail += released[j]
         if duration > 0:  # as FreeProfile.reserve, an empty slot holds nothing
             self.shadow, self.extra = start, avail - cpus
         return start
@@ -192,6 +201,11 @@ class ShadowProfile:
             self.free -= cpus
             if end > self.shadow:
                 self.extra -= cpus
+
+    def lasting(self, most: int) -> int:
+        """spans(most) in one number, for 0 <= most <= free: spans[c] is inf for c < lasting(most), and
+        shadow - now from there up to `most`."""
+        return most + 1 if self.extra >= self.free else min(max(int(self.extra), 0) + 1, most + 1)
 
     def spans(self, most: int) -> list[float]:
         """FreeProfile.spans: spans[c] for c in 0..most, how long from now at least c CPUs stay free."""

@@ -21,7 +21,10 @@ class Shape(NamedTuple):
     @property
     def cpus(self) -> int:
         """CPUs the job holds at least: its minimum partition (thesis eq. 3.1)."""
-        return minimum_partition(self.nranks, self.max_mpl)
+        n, m = self.nranks, self.max_mpl
+        if n >= 1 and m >= 1:  # asked for every shape tried: minimum_partition's arithmetic without the call
+            return -(-n // m)
+        return minimum_partition(n, m)  # raises
 
 
 def largest_allowed(procs: Sequence[int], limit: float) -> int | None:

@@ -74,9 +74,12 @@ class RunningJob:
     expected_end: float = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        self.held = 0 if self.suspended else minimum_partition(self.nranks, self.max_mpl)
+        n, m, window_end = self.nranks, self.max_mpl, self.window_end
+        # minimum_partition's arithmetic and max() without the calls (one is built per simulated start);
+        # minimum_partition is still called, to raise, on invalid sizes.
+        self.held = 0 if self.suspended else -(-n // m) if n >= 1 and m >= 1 else minimum_partition(n, m)
         end = self.start_time + self.estimate
-        self.expected_end = end if self.window_end is None else max(end, self.window_end)
+        self.expected_end = end if window_end is None or not window_end > end else window_end
 
 
 @dataclass(slots=True, unsafe_hash=True)  # not frozen: see RunningJob
@@ -87,3 +90,7 @@ class Snapshot:
     ncpus: int
     queue: tuple[QueuedJob, ...]  # waiting jobs, in arrival order
     running: tuple[RunningJob, ...]
+    # Whether the driver lists `queue` in FIFO order already (submit times never decreasing): the fifo
+    # order is then the queue as listed, without a sort (Workspace.ordered). Says how fast, never
+    # what: the sort would give the same. The simulator knows it without looking (engine._out_of_order).
+    fifo_listed: bool = field(default=False, compare=False)

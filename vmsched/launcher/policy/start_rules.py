@@ -17,6 +17,7 @@ import math
 
 from vmsched.cpumanager.partition import minimum_partition
 
+from .decisions import Reason
 from .profile import FreeProfile
 from .sizes import Shape, allowed_up_to, estimate_at, largest_allowed, mpl_cap, percentage_offers
 from .snapshot import QueuedJob, RunningJob
@@ -42,9 +43,13 @@ class StartRule:
 
     def try_start(self, job: QueuedJob, ws: Workspace) -> bool:
         free = ws.free_now()
+        if job.floor_cpus > free:
+            # No shape needs fewer CPUs than the job's floor (the start rules fold no further than the
+            # user's cap), and every start here must fit the free CPUs: the head mostly waits this way.
+            return False
         for shape in self.shapes(job, ws):
             if ws.fits(job.job_id, shape):
-                ws.start(job, shape, f"{self.name}: {_describe(job, shape, ws.ncpus)} ({free} CPUs free)")
+                ws.start(job, shape, Reason(_start_text, self.name, job, shape, ws.ncpus, free))
                 return True
         return False
 
@@ -83,6 +88,10 @@ def fold_note(job: QueuedJob, shape: Shape, ncpus: int) -> str:
     return ""
 
 
+def _start_text(rule: str, job: QueuedJob, shape: Shape, ncpus: int, free: int) -> str:
+    return f"{rule}: {_describe(job, shape, ncpus)} ({free} CPUs free)"
+
+
 def _describe(job: QueuedJob, shape: Shape, ncpus: int) -> str:
     text = f"start {shape.nranks} ranks"
     if shape.nranks != job.procs[0]:
@@ -102,6 +111,13 @@ class Rigid(StartRule):
     def shapes(self, job: QueuedJob, ws: Workspace) -> list[Shape]:
         n = job.procs[0]
         return [Shape(n, 1)] if n <= ws.ncpus else fold_to_fit(job, [Shape(n, 1)], ws)
+
+    def preferred(self, job: QueuedJob, ws: Workspace) -> Shape:
+        # StartRule.preferred for the common case (asked for the head at every pass): the request fits.
+        n = job.procs[0]
+        return Shape(n, 1) if n <= ws.ncpus else super().preferred(job, ws)
+
+    backfill_shapes = shapes  # StartRule.backfill_shapes without the extra call (asked at every backfill)
 
 
 class PercentageOffers(StartRule):

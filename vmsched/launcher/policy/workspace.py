@@ -6,13 +6,14 @@ as it will be (a started job holds its minimum partition, an aborted one holds n
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from dataclasses import dataclass, field, replace
 from operator import attrgetter
 
 from vmsched.cpumanager.partition import minimum_partition
 
 from .config import PolicyConfig
-from .decisions import Abort, Decision, Mold, Resume, SetMaxMpl, Start, Suspend
+from .decisions import Abort, Decision, Mold, Reason, Resume, SetMaxMpl, Start, Suspend
 from .orders import ordered_tuple
 from .profile import FreeProfile
 from .sizes import Shape, estimate_at
@@ -45,23 +46,32 @@ class RunningSet:
     what. Callers must not modify the lists it hands out.
     """
 
-    __slots__ = ("jobs", "by_id", "used", "_split", "_by_end")
+    __slots__ = ("jobs", "used", "any_suspended", "_by_id", "_split", "_by_end")
 
     def __init__(self, jobs: tuple[RunningJob, ...]) -> None:
         self.jobs = jobs
-        # Sorted by start so that the result never depends on the order the driver listed them in.
-        # Two stable sorts on C-level keys build no key tuples (drivers list them mostly in order already).
-        ordered = sorted(sorted(jobs, key=_ID), key=_START)
-        self.by_id = {r.job_id: r for r in ordered}
-        self.used = sum(map(_HELD, ordered))  # CPUs held at their minimum partitions
+        # What every pass asks, in the driver's order (sums do not depend on it); the rest when asked.
+        self.used = sum(map(_HELD, jobs))  # CPUs held at their minimum partitions
+        self.any_suspended = any(map(_SUSPENDED, jobs))
+        self._by_id: dict[int, RunningJob] | None = None
         self._split: tuple[list[RunningJob], list[RunningJob]] | None = None
         self._by_end: tuple[list[float], list[int]] | None = None
+
+    @property
+    def by_id(self) -> dict[int, RunningJob]:
+        """{job id: job}, oldest start first (then lowest id)."""
+        if self._by_id is None:
+            # Sorted by start so that the result never depends on the order the driver listed them in.
+            # Two stable sorts on C-level keys build no key tuples (drivers list them mostly in order already).
+            ordered = sorted(sorted(self.jobs, key=_ID), key=_START)
+            self._by_id = dict(zip(map(_ID, ordered), ordered, strict=True))
+        return self._by_id
 
     def split(self) -> tuple[list[RunningJob], list[RunningJob]]:
         """(active, suspended), oldest start first."""
         if self._split is None:
             jobs = list(self.by_id.values())
-            if any(map(_SUSPENDED, jobs)):
+            if self.any_suspended:
                 self._split = [r for r in jobs if not r.suspended], [r for r in jobs if r.suspended]
             else:  # the common case, in C: nothing suspended
                 self._split = jobs, []
@@ -70,7 +80,10 @@ class RunningSet:
     def releases(self) -> tuple[list[float], list[int]]:
         """The active jobs' expected ends, in order, and the CPUs each then releases."""
         if self._by_end is None:
-            by_end = sorted(self.split()[0], key=_END)
+            # From the driver's order, not the start order: jobs ending at the same time release their
+            # CPUs at once, so the profiles built from these lists do not depend on their order.
+            active = [r for r in self.jobs if not r.suspended] if self.any_suspended else self.jobs
+            by_end = sorted(active, key=_END)
             self._by_end = list(map(_END, by_end)), list(map(_HELD, by_end))
         return self._by_end
 
@@ -92,7 +105,10 @@ class Workspace:
     now: float
     ncpus: int
     cfg: PolicyConfig
-    running: dict[int, RunningJob]
+    # The running jobs by id once asked for (`running`): the snapshot's (RunningSet.by_id) with the
+    # jobs started since (`_started`) and every other decision applied. A pass that only starts jobs
+    # never asks: the snapshot's need not be ordered by start nor copied.
+    _running: dict[int, RunningJob] | None
     waiting: tuple[QueuedJob, ...]  # the snapshot's queue, in arrival order; started jobs are in `gone`
     decisions: list[Decision] = field(default_factory=list)
     touched: set[int] = field(default_factory=set)  # acted on for an expired window in this call
@@ -106,13 +122,35 @@ class Workspace:
     _active: list[RunningJob] | None = None
     _suspended: list[RunningJob] | None = None
     _base: RunningSet | None = None  # the snapshot's running jobs, until a decision changes them
+    _snapshot_set: RunningSet | None = None  # the snapshot's running jobs
+    _fifo_listed: bool = False  # Snapshot.fifo_listed (molding a job keeps its place and submit time)
+    # Jobs started while _running is None, as (job, shape, estimate, backfilled, window_end): their
+    # RunningJobs are built only if `running` is asked for.
+    _started: list[tuple[QueuedJob, Shape, float, bool, float | None]] = field(default_factory=list)
 
     @classmethod
     def from_snapshot(cls, snapshot: Snapshot, cfg: PolicyConfig) -> Workspace:
         base = running_set(snapshot.running)
-        ws = cls(snapshot.now, snapshot.ncpus, cfg, base.by_id.copy(), snapshot.queue)
-        ws._used, ws._base = base.used, base
+        ws = cls(snapshot.now, snapshot.ncpus, cfg, None, snapshot.queue)
+        ws._used, ws._base, ws._snapshot_set, ws._fifo_listed = base.used, base, base, snapshot.fifo_listed
         return ws
+
+    @property
+    def running(self) -> dict[int, RunningJob]:
+        """Running jobs by id, as the decisions so far leave them: the snapshot's in start order, then the
+        jobs started in this call in the order they were."""
+        if self._running is None:
+            self._running = self._snapshot_set.by_id.copy() if self._snapshot_set is not None else {}
+            for job, shape, estimate, backfilled, window_end in self._started:
+                self._running[job.job_id] = self._running_job(job, shape, estimate, backfilled, window_end)
+        return self._running
+
+    def _running_job(
+        self, job: QueuedJob, shape: Shape, estimate: float, backfilled: bool, window_end: float | None
+    ) -> RunningJob:
+        # Positional arguments (RunningJob's field order).
+        return RunningJob(job.job_id, shape.nranks, shape.max_mpl, shape.cpus, self.now, estimate, job.job_class,
+                          backfilled, window_end, False, job.submit_time, job.max_mpl)  # fmt: skip
 
     # --- what the machine looks like -------------------------------------------------------------
 
@@ -138,6 +176,14 @@ class Workspace:
             self._split_running()
         return self._suspended  # type: ignore[return-value]
 
+    def any_suspended(self) -> bool:
+        """Whether a running job is suspended (asked at every pass: the snapshot's answer while it holds)."""
+        if self._base is not None:
+            return self._base.any_suspended
+        if self._running is None:  # only starts since the snapshot, and a started job is not suspended
+            return self._snapshot_set.any_suspended  # type: ignore[union-attr]
+        return bool(self.suspended())
+
     def _split_running(self) -> None:
         # Asked several times per call (profile, expiry, backfill); kept until the running set changes.
         if self._base is not None:
@@ -151,11 +197,16 @@ class Workspace:
         """The queue in priority order (immutable: callers may keep it while jobs start)."""
         # Started jobs are filtered out here, once per batch of starts, not removed one by one.
         if self._ordered is None:
-            self._ordered = ordered_tuple(self.waiting, self.cfg.order)
+            if self._fifo_listed and self.cfg.order == "fifo":
+                # Submit times never decrease along the queue (Snapshot.fifo_listed): the fifo order, a
+                # stable sort by submit time, is the queue itself.
+                self._ordered = self.waiting
+            else:
+                self._ordered = ordered_tuple(self.waiting, self.cfg.order)
             self._ordered_gone = 0
         if self._ordered_gone != len(self.gone):
             gone = self.gone
-            self._ordered = tuple(j for j in self._ordered if j.job_id not in gone)
+            self._ordered = tuple([j for j in self._ordered if j.job_id not in gone])  # a list first: faster
             self._ordered_gone = len(gone)
         return self._ordered
 
@@ -179,6 +230,17 @@ class Workspace:
         """The active jobs' expected ends, in order, and the CPUs each then releases."""
         if self._base is not None:
             return self._base.releases()
+        if self._running is None and self._snapshot_set is not None:
+            # Only starts since the snapshot (a pass that started the head): its releases and theirs, each
+            # started job's at now + its estimate with its minimum partition (RunningJob's expected_end and
+            # held), without building the running jobs by id. Ties in any order: they release together.
+            ends, cpus = (list(x) for x in self._snapshot_set.releases())
+            for _, shape, estimate, _, _ in self._started:
+                end = self.now + estimate
+                k = bisect_right(ends, end)
+                ends.insert(k, end)
+                cpus.insert(k, shape.cpus)
+            return ends, cpus
         by_end = sorted(self.active(), key=_END)
         return list(map(_END, by_end)), list(map(_HELD, by_end))
 
@@ -188,7 +250,7 @@ class Workspace:
 
     def _replace_running(self, job: RunningJob) -> None:
         old = self.running.get(job.job_id)
-        self._used += min_cpus(job) - (min_cpus(old) if old is not None else 0)
+        self._used += job.held - (old.held if old is not None else 0)  # min_cpus, without the calls
         self.running[job.job_id] = job
         self._active = self._suspended = self._base = None
 
@@ -198,19 +260,24 @@ class Workspace:
         self,
         job: QueuedJob,
         shape: Shape,
-        reason: str,
+        reason: str | Reason,
         backfilled: bool = False,
         window: bool = False,
+        estimate: float | None = None,
     ) -> None:
-        estimate = estimate_at(job, shape.nranks)
+        """`estimate`: estimate_at(job, shape.nranks), when the caller has it already."""
+        if estimate is None:
+            estimate = estimate_at(job, shape.nranks)
         window_end = self.now + estimate if window else None
         self.gone.add(job.job_id)
         if self._long_queued >= 0:
             self._long_queued -= job.job_class == "long"
-        # Positional arguments (RunningJob's field order): one is built per started job.
-        started = RunningJob(job.job_id, shape.nranks, shape.max_mpl, shape.cpus, self.now, estimate, job.job_class,
-                             backfilled, window_end, False, job.submit_time, job.max_mpl)  # fmt: skip
-        self._replace_running(started)
+        if self._running is None:  # a queued job is not running: nothing to replace (_replace_running)
+            self._started.append((job, shape, estimate, backfilled, window_end))
+            self._used += shape.cpus  # the RunningJob's `held`
+            self._active = self._suspended = self._base = None
+        else:
+            self._replace_running(self._running_job(job, shape, estimate, backfilled, window_end))
         self.decisions.append(Start(job.job_id, shape.nranks, shape.max_mpl, backfilled, window_end, reason, estimate))
 
     def mold(self, job: QueuedJob, nranks: int, reason: str) -> QueuedJob:
@@ -229,7 +296,7 @@ class Workspace:
         # A job started in this same call is started with the new max MPL instead.
         for i, d in enumerate(self.decisions):
             if isinstance(d, Start) and d.job_id == job_id:
-                self.decisions[i] = replace(d, max_mpl=max_mpl, reason=f"{d.reason}; then max MPL {max_mpl}: {reason}")
+                self.decisions[i] = replace(d, max_mpl=max_mpl, why=f"{d.reason}; then max MPL {max_mpl}: {reason}")
                 return
         self.decisions.append(SetMaxMpl(job_id, max_mpl, reason))
 
