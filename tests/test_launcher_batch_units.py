@@ -125,3 +125,32 @@ def test_a_version_2_database_gets_end_causes_derived_once_from_the_reasons(tmp_
     store.db.execute("UPDATE jobs SET end_cause = 'failed' WHERE id = 1")
     store.close()
     assert Store(path).job(1).end_cause == "failed"
+
+
+def test_a_job_that_completed_before_its_abort_is_not_requeued(tmp_path):
+    """An expired window's abort decided in the moment between a job's end and its reaping: the shim's
+    status says it completed first, so the launcher accounts it as completed instead of running it again
+    (lifecycle.ended_before_abort, read from a real store's events)."""
+    import time
+
+    from vmsched.launcher import lifecycle
+    from vmsched.launcher.lifecycle import EndCause, JobState
+
+    store = Store(tmp_path / "jobs.db")
+    jid = store.add_job(uid=0, gid=0, user="u", name="j", command=["true"], cwd="/", env={}, stdout="o",
+                        stderr="e", procs=[2], max_mpl=None, job_class="short", estimate=10.0, time_limit=None,
+                        deadline=None, submit_time=time.time())  # fmt: skip
+    store.update(jid, "start", {}, state=JobState.RUNNING.value, start_time=time.time())
+    ended_at = time.time()
+    lifecycle.stopping(store, store.job(jid), EndCause.ABORTED, "window expired", "abort", requeue=True)
+    events = store.events(jid)
+    assert store.job(jid).state == JobState.ABORTING
+    assert lifecycle.ended_before_abort(events, {"exit_code": 0, "end_time": ended_at})
+    # Ended after the abort (killed by it), or failed, or no status: the abort stands.
+    assert not lifecycle.ended_before_abort(events, {"exit_code": 0, "end_time": time.time() + 1})
+    assert not lifecycle.ended_before_abort(events, {"exit_code": 137, "end_time": ended_at})
+    assert not lifecycle.ended_before_abort(events, None)
+    assert not lifecycle.ended_before_abort(events, {"exit_code": 0, "end_time": None})
+    # A job never aborted is not "done before its abort".
+    assert not lifecycle.ended_before_abort([e for e in events if e["kind"] != "abort"],
+                                            {"exit_code": 0, "end_time": ended_at})  # fmt: skip

@@ -197,3 +197,13 @@ def test_latency_zero_is_the_ideal_scheduler():
 def test_negative_or_nan_latency_is_refused(bad):
     with pytest.raises(ValueError, match="latencies must be seconds >= 0"):
         Latency(*bad)
+
+
+def test_a_job_whose_window_expires_as_it_ends_is_done_not_rerun_when_the_driver_acts_late():
+    """Job 3 is backfilled with a window that ends with it (t=22); with a finish latency the driver sees
+    the window expire before it sees the end, and aborts it. As the daemon does, the job counts as
+    completed at its real end (lifecycle.ended_before_abort), instead of being requeued and run again."""
+    jobs = [q(1, (1,), est=100.0, submit=0.0), q(2, (2,), est=10.0, submit=1.0), q(3, (1,), est=20.0, submit=2.0)]
+    got = {r.job_id: (r.start, r.end, r.aborts) for r in
+           simulate(jobs, 2, parse_policy_spec("fcfs+easy:abort"), latency=Latency(finish=0.5))}  # fmt: skip
+    assert got == {1: (0.0, 100.0, 0), 2: (100.5, 110.5, 0), 3: (2.0, 22.0, 0)}

@@ -91,6 +91,16 @@ def legacy_end_cause(state: str, reason: str) -> EndCause | None:
     return None
 
 
+def ended_before_abort(events: list[dict[str, Any]], status: dict[str, Any] | None) -> bool:
+    """Whether an aborting job had already completed (exit 0) when its abort was decided: its window
+    expired in the moment between its end and the launcher reaping it. It is then accounted as completed,
+    not requeued to run again."""
+    if not status or status.get("exit_code") != 0 or status.get("end_time") is None:
+        return False
+    aborts = [e["time"] for e in events if e["kind"] == "abort"]
+    return bool(aborts) and status["end_time"] <= aborts[-1]
+
+
 def end_cause_for(job: JobRecord, exit_code: int | None, have_status: bool) -> EndCause:
     """Why a job whose shim is gone ended: the stop the launcher asked for, else its exit status."""
     if job.end_cause is not None:

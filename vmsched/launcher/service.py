@@ -363,7 +363,12 @@ class Launcher:
         # The shim said so, or the launcher died before the shim was even spawned.
         never_started = (status is None and job.state == JobState.STARTING) or (
             status is not None and not status["started"])  # fmt: skip
-        if job.state == JobState.ABORTING or (never_started and job.end_cause is None):  # else: stopped on purpose
+        # Its window expired after it had completed, before it was reaped: done, not to be run again.
+        done_first = job.state == JobState.ABORTING and lifecycle.ended_before_abort(self.store.events(job.id), status)
+        if done_first:
+            job = dataclasses.replace(job, end_cause=EndCause.COMPLETED.value)
+        if not done_first and (job.state == JobState.ABORTING or (never_started and job.end_cause is None)):
+            # else: stopped on purpose
             why = "window expired: requeued" if job.state == JobState.ABORTING else "never started: requeued"
             lifecycle.requeue(self.store, job, why)
             event(log, "requeue", job=job.id, user=job.user, reason=why)
@@ -372,6 +377,8 @@ class Launcher:
             end = (status or {}).get("end_time") or now
             cause = lifecycle.end_cause_for(job, code, status is not None)
             reason = "the job's shim vanished without a status" if cause == EndCause.LOST and status is None else None
+            if done_first:
+                reason = "completed before its expired window's abort took effect"
             cpu_s = _cpu_seconds(self.store.events(job.id), job.start_time, end)
             state = lifecycle.ended(self.store, job, cause, code, end, cpu_s, reason)
             event(log, "end", job=job.id, user=job.user, state=state.value, exit_code=code, end_cause=cause.value,

@@ -289,19 +289,22 @@ class Simulation:
             run = running.get(jid)
             if run is None or run.version != version:
                 continue
-            v = run.view
             if self.elastic or self.suspended:
                 self._remove(run)
             else:  # _remove, when every running job has a fixed size
                 del running[jid], self.views[jid]
                 self._running_tuple = None
-                self.fixed_cpus -= v.nranks
-            # Its real end, which the driver acts on finish_lag later (the same instant without latency).
-            cpu_seconds = run.cpu_seconds + v.cpus * (end - run.t_mark)
-            self.records[jid] = JobRecord(jid, run.job.submit_time, v.start_time, end, v.nranks, v.backfilled,
-                                          run.history, self.aborts.get(jid, 0), cpu_seconds)  # fmt: skip
-            if self.progress is not None:
-                self.progress(len(self.records))
+                self.fixed_cpus -= run.view.nranks
+            self._record(run, end)
+
+    def _record(self, run: _Run, end: float) -> None:
+        """The finished job's record, with its real end (which the driver acts on finish_lag later)."""
+        v = run.view
+        cpu_seconds = run.cpu_seconds + v.cpus * (end - run.t_mark)
+        self.records[v.job_id] = JobRecord(v.job_id, run.job.submit_time, v.start_time, end, v.nranks, v.backfilled,
+                                           run.history, self.aborts.get(v.job_id, 0), cpu_seconds)  # fmt: skip
+        if self.progress is not None:
+            self.progress(len(self.records))
 
     # -- applying decisions ------------------------------------------------------------------------
     def _apply(self, d: Decision) -> None:
@@ -333,9 +336,14 @@ class Simulation:
             self._change(self.running[d.job_id], max_mpl=d.max_mpl)
         elif isinstance(d, Abort):
             run = self.running[d.job_id]
-            self._remove(run)  # its work is lost: a requeued job starts from scratch
+            self._remove(run)
+            if run.end <= self.now:
+                # It had completed, its end not yet acted on (Latency.finish): as the daemon does
+                # (lifecycle.ended_before_abort), it is done, not run again; its CPUs are free from now.
+                self._record(run, run.end)
+                return
             self.aborts[d.job_id] = self.aborts.get(d.job_id, 0) + 1
-            if d.requeue:
+            if d.requeue:  # its work is lost: a requeued job starts from scratch
                 self._enqueue(run.job)
         elif isinstance(d, Suspend):
             self._change(self.running[d.job_id], suspended=True)
