@@ -76,8 +76,11 @@ def main() -> int:
     ap.add_argument("--loads", type=float, nargs="+", default=[0.6, 0.8, 0.9, 1.0])
     ap.add_argument("--estimate-factor", type=float, default=1.0)
     ap.add_argument("--moldability", choices=("none", "thesis", "model"), default="thesis")
+    ap.add_argument("--policy", action="append", choices=list(POLICIES),
+                    help=f"only these (repeat; {BASELINE}, the baseline, always runs; default: all)")  # fmt: skip
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
+    chosen = {n: s for n, s in POLICIES.items() if not args.policy or n in args.policy or n == BASELINE}
     base = from_swf(read_swf(LUBLIN), estimates=str(args.estimate_factor), moldability=args.moldability,
                     first=args.jobs, ncpus=256).jobs  # fmt: skip
     lines = ["| CPUs | load | policy | mean response (s) | long (s) | short (s) | mean bounded slowdown | "
@@ -87,7 +90,7 @@ def main() -> int:
         for load in args.loads:
             jobs = scaled(list(base), ncpus, load)
             results = {}
-            for name, spec in POLICIES.items():
+            for name, spec in chosen.items():
                 results[name] = run(jobs, ncpus, spec)
                 print(f"  {ncpus} CPUs, load {load}: {name} done ({time.perf_counter() - t0:.0f} s)", file=sys.stderr)
             ref = results[BASELINE]["resp"]
