@@ -106,28 +106,26 @@ def measure_dedicated(
 ) -> Path:
     """Each application alone at each size, through a private launcher as in the replay, `reps` times."""
     dedicated = dedicated or out / "dedicated"
+
+    def run(cell: str, key: str, ranks: int, jobs: int, rep: int) -> None:
+        """A private vmreplay of `jobs` runs of `key` at `ranks` ranks, all submitted at once."""
+        ded = out / "dedicated-workload" / cell
+        ded.mkdir(parents=True, exist_ok=True)
+        for name in ("template.txt", "allowed_procs.txt", "job_types.txt"):
+            shutil.copy(work / name, ded / name)
+        app = KEYS.index(key)  # field 8: ranks requested; field 14: the application
+        lines = [f"{j} 0 -1 -1 -1 -1 -1 {ranks} -1 -1 -1 -1 -1 {app} 2 -1 -1 -1" for j in range(1, jobs + 1)]
+        (ded / "trace.swf").write_text(f"; Version: 2.2\n; MaxProcs: {CPUS}\n" + "\n".join(lines) + "\n")
+        busy_sh(meter, foreign, f"dedicated {dedicated.name} {cell} #{rep}", BIN / "vmreplay", ded, "--private",
+                "--policy", "fcfs", "--out", dedicated / cell / f"r{rep}")  # fmt: skip
+
     for rep in range(reps):  # rounds interleaved: a slow spell of the node spreads over all cells
-        for i, key in enumerate(KEYS):
+        for key in KEYS:
             for n in SIZES:
                 # One replay per run: a trace of several, however far apart, overlaps them when the
                 # node is slow, and each is then measured sharing the CPUs with the one before.
-                ded = out / "dedicated-workload" / f"{key}@{n}"
-                ded.mkdir(parents=True, exist_ok=True)
-                for name in ("template.txt", "allowed_procs.txt", "job_types.txt"):
-                    shutil.copy(work / name, ded / name)
-                job = f"1 0 -1 -1 -1 -1 -1 {n} -1 -1 -1 -1 -1 {i} 2 -1 -1 -1"  # field 8: n ranks requested
-                (ded / "trace.swf").write_text(f"; Version: 2.2\n; MaxProcs: {CPUS}\n{job}\n")
-                busy_sh(meter, foreign, f"dedicated {dedicated.name} {key}@{n} #{rep}", BIN / "vmreplay", ded,
-                        "--private", "--policy", "fcfs", "--out", dedicated / f"{key}@{n}" / f"r{rep}")  # fmt: skip
-        probe = out / "dedicated-workload" / PROBE
-        probe.mkdir(parents=True, exist_ok=True)
-        for name in ("template.txt", "allowed_procs.txt", "job_types.txt"):
-            shutil.copy(work / name, probe / name)
-        app = KEYS.index(PROBE_KEY)
-        jobs = [f"{j} 0 -1 -1 -1 -1 -1 {PROBE_RANKS} -1 -1 -1 -1 -1 {app} 2 -1 -1 -1" for j in range(1, PROBE_JOBS + 1)]
-        (probe / "trace.swf").write_text(f"; Version: 2.2\n; MaxProcs: {CPUS}\n" + "\n".join(jobs) + "\n")
-        busy_sh(meter, foreign, f"dedicated {dedicated.name} {PROBE} #{rep}", BIN / "vmreplay", probe, "--private",
-                "--policy", "fcfs", "--out", dedicated / PROBE / f"r{rep}")  # fmt: skip
+                run(f"{key}@{n}", key, n, 1, rep)
+        run(PROBE, PROBE_KEY, PROBE_RANKS, PROBE_JOBS, rep)  # the launcher's latency: back to back
     return dedicated
 
 

@@ -18,6 +18,7 @@ relative to FCFS+EASY abort) and writes it, with this command, to --out.
 from __future__ import annotations
 
 import argparse
+import shlex
 import statistics
 import sys
 import time
@@ -100,7 +101,7 @@ def main() -> int:
     table = "\n".join(lines)
     print(table)
     if args.out:
-        command = "python experiments/thesis_study.py " + " ".join(sys.argv[1:])
+        command = "python experiments/thesis_study.py " + shlex.join(sys.argv[1:])  # copy-pasteable
         args.out.write_text(f"Regenerate: `{command}`\n\n{table}\n")
     return 0
 

@@ -207,7 +207,7 @@ class Simulation:
                 wake = next_event_time(after(), cfg)
                 if wake is not None and wake < t_next:
                     t_next = wake
-            while ends:  # _next_end, inline: asked at every instant
+            while ends:  # the next end still current, at every instant
                 end, jid, version = ends[0]
                 run = running.get(jid)
                 if run is not None and run.version == version:
@@ -271,16 +271,6 @@ class Simulation:
         return least > free and nothing_fits(free, least, False, self.cfg)  # false whenever a floor fits
 
     # -- finishing ---------------------------------------------------------------------------------
-    def _next_end(self) -> float:
-        ends, running = self.ends, self.running
-        while ends:
-            end, jid, version = ends[0]
-            run = running.get(jid)
-            if run is not None and run.version == version:
-                return end
-            heapq.heappop(ends)  # stale: the job's shape changed or it is gone
-        return math.inf
-
     def _finish_due(self) -> None:
         # end + lag, as run() computed the instant: (end + lag) - lag may round below end.
         ends, running, lag = self.ends, self.running, self.finish_lag
