@@ -14,7 +14,7 @@ from vmsched.launcher.policy import Snapshot, Start, decide
 from vmsched.launcher.policy.decisions import Reason
 from vmsched.launcher.policy.snapshot import QueuedJob
 from vmsched.launcher.policy.start_rules import RULES
-from vmsched.launcher.policy.workspace import Workspace
+from vmsched.launcher.policy.workspace import RunningSet, Workspace
 from vmsched.sim.engine import Simulation, folding_runtime
 
 # Rules that start the head with StartRule.try_start (no shrinking of running jobs to make room).
@@ -89,11 +89,29 @@ def _workload(seed: int, n: int = 80) -> list[QueuedJob]:
 
 
 class _Checked(Simulation):
-    """The least queued floor it keeps is the least of its counts at every instant."""
+    """The least queued floor it keeps is the least of its counts at every instant, and the running set
+    it derives from the last one (running_set_changed) is the one worked out from scratch."""
+
+    derived = 0
 
     def nothing_fits(self) -> bool:
         assert self._least_floor in (None, min(self.floors, default=math.inf))
         return super().nothing_fits()
+
+    def snapshot(self) -> Snapshot:
+        # Ask the last set for its releases, as a pass does, so that the next one derives them.
+        before = self._running_set
+        if before is not None and before._by_end is None:
+            before.releases()
+        snap = super().snapshot()
+        got, fresh = self._running_set, RunningSet(snap.running)
+        assert got.jobs is snap.running and got.used == fresh.used and got.any_suspended == fresh.any_suspended
+        if got is not before and got._by_end is not None:
+            type(self).derived += 1
+        ends, cpus = got.releases()
+        assert ends == fresh.releases()[0], f"t={self.now:g}"
+        assert sorted(zip(ends, cpus, strict=True)) == sorted(zip(*fresh.releases(), strict=True)), f"t={self.now:g}"
+        return snap
 
 
 class _General(_Checked):
@@ -109,6 +127,7 @@ def test_the_simulators_shortcuts_give_the_general_paths_records():
             fast = _Checked(_workload(seed), 8, cfg(spec), model).run()
             general = _General(_workload(seed), 8, cfg(spec), model).run()
             assert fast == general, (spec, seed)
+    assert _Checked.derived > 1000  # the derived releases were checked, not only built from scratch
 
 
 def test_the_simulator_says_its_queue_is_in_fifo_order_only_when_it_is():

@@ -28,13 +28,18 @@ import heapq
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
+from operator import attrgetter
 
 from vmsched.cpumanager.partition import JobShape, partition_sizes
 from vmsched.launcher.policy.config import PolicyConfig
-from vmsched.launcher.policy.core import decide, hold_idle_cpus, next_event_time, nothing_fits
+from vmsched.launcher.policy.core import decide, decide_in_workspace, hold_idle_cpus, next_event_time, nothing_fits
 from vmsched.launcher.policy.decisions import Abort, Decision, Mold, Resume, SetMaxMpl, Start, Suspend
 from vmsched.launcher.policy.sizes import estimate_at
 from vmsched.launcher.policy.snapshot import QueuedJob, RunningJob, Snapshot
+from vmsched.launcher.policy.start_rules import RULES
+from vmsched.launcher.policy.workspace import RunningSet, running_set, running_set_changed
+
+_ARRIVAL = attrgetter("submit_time", "job_id")  # arrival order; ties by id
 
 # Seconds the whole job would take if it ran with `nranks` ranks on `cpus` CPUs from start to end.
 RuntimeModel = Callable[[QueuedJob, int, int], float]
@@ -124,12 +129,16 @@ class Simulation:
         progress: Callable[[int], None] | None = None,
         latency: Latency = NO_LATENCY,
     ) -> None:
-        self.pending = sorted(jobs, key=lambda j: (j.submit_time, j.job_id))
+        self.pending = sorted(jobs, key=_ARRIVAL)
         self.ncpus, self.cfg, self.model = ncpus, cfg, runtime_model
         self.on_decide, self.max_events, self.progress = on_decide, max_events, progress
         self.queue: dict[int, QueuedJob] = {}  # arrival order; a dict so that a start is O(1)
         self._queue_tuple: tuple[QueuedJob, ...] | None = None  # the snapshot's view of `queue`
         self._running_tuple: tuple[RunningJob, ...] | None = None  # ... and of `views`
+        # The running set of the last running tuple, and the views added (True) and removed (False) since:
+        # the next one is derived from them (running_set_changed) instead of worked out from scratch.
+        self._running_set: RunningSet | None = None
+        self._view_changes: list[tuple[bool, RunningJob]] = []
         self.running: dict[int, _Run] = {}
         self.views: dict[int, RunningJob] = {}  # job id -> its view, in start order
         self.ends: list[tuple[float, int, int]] = []  # heap of (end, job id, version)
@@ -152,6 +161,9 @@ class Simulation:
         self.now = self.pending[0].submit_time if self.pending else 0.0
         # Whether expiring windows can ever wake the policy (next_event_time is None otherwise).
         self.windows_act = cfg.backfill != "none" and cfg.expiry != "none"
+        # core.nothing_fits's question about the policy, which the run does not change (asked at the
+        # instants when no queued job fits, half of them).
+        self._waits = nothing_fits(0, math.inf, False, cfg)
         self.arrival_lag, self.finish_lag = latency.arrival, latency.finish
 
     def snapshot(self) -> Snapshot:
@@ -160,7 +172,12 @@ class Simulation:
         if self._queue_tuple is None:
             self._queue_tuple = tuple(self.queue.values())
         if self._running_tuple is None:
-            self._running_tuple = tuple(self.views.values())
+            self._running_tuple = jobs = tuple(self.views.values())
+            if self._running_set is None:
+                self._running_set = running_set(jobs)
+            else:
+                self._running_set = running_set_changed(self._running_set, jobs, self._view_changes)
+            self._view_changes = []
         return Snapshot(self.now, self.ncpus, self._queue_tuple, self._running_tuple, not self._out_of_order)
 
     def run(self) -> list[JobRecord]:
@@ -179,6 +196,7 @@ class Simulation:
         # Locals for what every instant reads: archive logs have 10^5 instants, each a few microseconds.
         pending, nxt, npending, ends, running = self.pending, 0, len(self.pending), self.ends, self.running
         cfg, on_decide, lag, finish_lag = self.cfg, self.on_decide, self.arrival_lag, self.finish_lag
+        rule = RULES[cfg.policy]
         for _ in range(self.max_events):
             while nxt < npending and pending[nxt].submit_time + lag <= self.now:
                 self._enqueue(pending[nxt])
@@ -191,7 +209,10 @@ class Simulation:
                     on_decide(self.snapshot(), [])
             else:
                 snap = self.snapshot()
-                decisions = decide(snap, cfg)
+                if self.elastic or self.suspended:
+                    decisions = decide(snap, cfg)
+                else:  # nothing_fits() above took decide()'s own shortcut (core.no_room) already
+                    decisions = decide_in_workspace(snap, cfg, rule)
                 for d in decisions:
                     self._apply(d)
                 after = self.snapshot if decisions else (lambda s=snap: s)
@@ -264,11 +285,11 @@ class Simulation:
             return False
         free = self.ncpus - self.fixed_cpus
         if free <= 0:
-            return nothing_fits(free, math.inf, False, self.cfg)
+            return self._waits  # nothing_fits(free, inf, False, cfg)
         least = self._least_floor
         if least is None:
             least = self._least_floor = min(self.floors, default=math.inf)
-        return least > free and nothing_fits(free, least, False, self.cfg)  # false whenever a floor fits
+        return least > free and self._waits  # nothing_fits(free, least, False, cfg): false whenever a floor fits
 
     # -- finishing ---------------------------------------------------------------------------------
     def _finish_due(self) -> None:
@@ -284,6 +305,7 @@ class Simulation:
             else:  # _remove, when every running job has a fixed size
                 del running[jid], self.views[jid]
                 self._running_tuple = None
+                self._view_changes.append((False, run.view))
                 self.fixed_cpus -= run.view.nranks
             self._record(run, end)
 
@@ -308,6 +330,7 @@ class Simulation:
                               d.window_end, False, job.submit_time, job.max_mpl)  # fmt: skip
             self.views[d.job_id] = view
             self._running_tuple = None
+            self._view_changes.append((True, view))
             if cpus and self.quick_fixed_starts:
                 # What _add and _hold do for a fresh job of fixed size (most jobs of an archive log), in one
                 # step: nothing to account yet, one history entry, its end from the model.
@@ -361,6 +384,7 @@ class Simulation:
             del self.running[jid]
             del self.views[jid]
             self._running_tuple = None
+            self._view_changes.append((False, run.view))
         self.suspended.discard(jid)
         if jid in self.elastic:
             self.elastic.discard(jid)
@@ -376,9 +400,13 @@ class Simulation:
         self._add(run)
 
     def _set_view(self, run: _Run, view: RunningJob) -> None:
+        old = self.views.get(view.job_id)
+        if old is not None:
+            self._view_changes.append((False, old))
         run.view = view
         self.views[view.job_id] = view
         self._running_tuple = None
+        self._view_changes.append((True, view))
 
     # -- partitions and progress -------------------------------------------------------------------
     def _account(self, run: _Run) -> None:

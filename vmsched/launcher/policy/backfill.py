@@ -91,10 +91,11 @@ def backfill(ws: Workspace, rule: StartRule, head: QueuedJob) -> None:
         # numbers, then one pass over the queue with all the bounds below at once (spans(free) as two
         # numbers: sizes below `lasting` stay free for ever, the others for `window`).
         profile, plan = shadow_reservation(ws, rule, free, head)
-        lasting, window, forever = profile.lasting(free), profile.shadow - ws.now, math.inf
-        candidates = [j for j in ws.ordered()
-                      if j.floor_cpus <= free and j.estimate <= (forever if j.floor_cpus < lasting else window)
-                      and j.min_procs <= room and j is not head]  # fmt: skip
+        lasting, window = profile.lasting(free), profile.shadow - ws.now
+        # The head is ordered()[0] (decide_in_workspace's), so the scan starts behind it.
+        candidates = [j for j in ws.ordered()[1:]
+                      if j.floor_cpus <= free and (j.floor_cpus < lasting or j.estimate <= window)
+                      and j.min_procs <= room]  # fmt: skip
         order = None
     else:
         general = _general(ws, rule, head, depth, ws.suspended(), free, room)
@@ -108,7 +109,7 @@ def backfill(ws: Workspace, rule: StartRule, head: QueuedJob) -> None:
         floor = -(-job.min_procs // limit)
         if job.floor_cpus > floor:
             floor = job.floor_cpus
-        if floor > free or job is head:
+        if floor > free or job is head:  # (the EASY path's candidates leave the head out already)
             continue
         own = plan.get(job.job_id)
         if own is not None:
