@@ -22,7 +22,8 @@ checked: the program's own verdict, and its checksum equal to that of the plain 
 per row: default / best of the vmsched ways, default / taskset, timesharing / default, each from the
 median of --reps runs per way. Last line: JSON.
 
-    python bench/patterns.py [--quick] [--reps 3] [--programs ring,halo2d,ep] [--shapes 4x1,8x2] [--plot FILE]
+    python bench/patterns.py [--quick] [--reps 3] [--programs ring,halo2d,ep] [--shapes 4x1,8x2] [--ways local,rr]
+                             [--plot FILE]
 """
 
 from __future__ import annotations
@@ -175,6 +176,8 @@ def main() -> int:
     p.add_argument("--quick", action="store_true", help="4 ranks on 1 CPU, default/progress/sender/local/taskset")
     p.add_argument("--plot", type=Path, help="also draw default/taskset and default/best per case")
     p.add_argument("--reps", type=int, default=1, help="runs per way, in interleaved rounds; medians (default 1)")
+    p.add_argument("--ways", help=f"comma-separated ways (default all; default and taskset always run): "
+                                  f"{', '.join(VMSCHED_WAYS + PLAIN_WAYS)}")  # fmt: skip
     args = p.parse_args()
     if args.reps < 1:
         p.error(f"--reps must be at least 1, not {args.reps}")
@@ -183,6 +186,11 @@ def main() -> int:
     ways = [*VMSCHED_WAYS, *PLAIN_WAYS]
     if args.quick:
         shapes, ways = [(4, 1)], ["default", "progress", "sender", "local", "taskset"]
+    if args.ways:
+        unknown = [w for w in args.ways.split(",") if w not in ways]
+        if unknown:
+            p.error(f"unknown way(s) {', '.join(unknown)}; choose from: {', '.join(ways)}")
+        ways = ["default", "taskset", *(w for w in args.ways.split(",") if w not in ("default", "taskset"))]
     with tempfile.TemporaryDirectory(prefix="vmsched-patterns-") as tmp:
         exe = compile_c_program(HERE / "patterns" / "patterns.c", Path(tmp))
         programs = []

@@ -85,6 +85,41 @@ def test_one_runnable_rank_per_cpu_and_pinned(manager: Manager) -> None:
     assert plain_ok < 0.5, plain_ok
 
 
+def test_global_queue_never_queues_a_rank_behind_another_while_a_cpu_idles(manager: Manager) -> None:
+    """4 ranks on 2 CPUs on the global queue, half of them computing 6x longer (send 50x6): the rank
+    given a token runs on the token's CPU. Left to the kernel, a woken rank was often queued on the CPU
+    it last ran on, behind the rank running there, while the other CPU idled (22 % of samples)."""
+    cmd = selftest_cmd("send", "--variant", "50x6", "--iters", "60", "--work", "4")
+    proc = subprocess.Popen(vmrun_cmd(manager.state_dir, 4, 2, cmd, queue="global", heuristic="progress"),
+                            env=manager.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+    pids: list[int] = []
+    deadline = time.monotonic() + 30
+    while len(pids) < 4 and proc.poll() is None and time.monotonic() < deadline:
+        pids = rank_pids(proc.pid)
+        time.sleep(0.01)
+    assert len(pids) == 4, "the ranks did not start"
+    time.sleep(0.3)  # past start-up and registration
+    two_on_one = both = 0
+    sampler = StateSampler(pids)
+    try:
+        while proc.poll() is None:
+            cpus = sampler.runnable_cpus()
+            if cpus is None:
+                break
+            if len(cpus) == 2:
+                both += 1
+                two_on_one += cpus[0] == cpus[1]
+            time.sleep(0.001)
+    finally:
+        sampler.close()
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    assert b'"ok": true' in out or b'"ok":true' in out, out[-500:]
+    print(f"samples with two runnable ranks: {both}, both on one CPU: {two_on_one}")
+    assert both >= 200, "too few samples"
+    assert two_on_one / both <= 0.05, (two_on_one, both)
+
+
 def test_expansion_within_two_quanta(manager: Manager) -> None:
     """A job folded on one CPU gets the second CPU when its sibling ends, and runs there at once."""
     with manager.client() as c:

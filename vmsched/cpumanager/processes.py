@@ -127,6 +127,14 @@ def cpu_time_us(pid: int) -> int | None:
         return None
 
 
+def affinity_within(pid: int, cpus: tuple[int, ...]) -> bool:
+    """Whether the process may run only on some of `cpus` (False if it is gone)."""
+    try:
+        return os.sched_getaffinity(pid) <= set(cpus)
+    except OSError:
+        return False
+
+
 def set_affinity(pid: int, cpus: tuple[int, ...]) -> bool:
     try:
         os.sched_setaffinity(pid, cpus)

@@ -21,7 +21,7 @@ import ctypes as C
 
 MAGIC = 0x564D53434845444D  # "VMSCHEDM"
 JOB_MAGIC = 0x564D534A4F425254  # "VMSJOBRT"
-VERSION = 3
+VERSION = 4
 
 MAX_CPUS = 256  # CPUs in the CPU table (and in one partition)
 MAX_JOBS = 256
@@ -120,6 +120,10 @@ class RankEntry(C.Structure):
         ("state", C.c_uint32),
         ("flags", C.c_uint32),
         ("cpu", C.c_int32),  # CPU it last ran on
+        # 1 + the one CPU its runtime pinned it to for the token it was given (global queue, P > 1), 0
+        # none: the giver pins the receiver only when this differs. A hint among the job's own ranks;
+        # the manager does not read it.
+        ("pinned_to", C.c_uint32),
         ("job_slot", C.c_int32),  # index into the job table
         ("waiting_for", C.c_int32),  # rank it waits for a message from, -1 any / none
         ("wake", C.c_uint32),  # futex word: 1 = may run (token granted)

@@ -320,6 +320,15 @@ class StateSampler:
             return None
         return [r[r.rfind(b")") + 2 : r.rfind(b")") + 3].decode() for r in raw]
 
+    def runnable_cpus(self) -> list[int] | None:
+        """The CPU of every runnable process (state R): the one it runs on or is queued on (field 39)."""
+        try:
+            raw = [os.pread(fd, 1024, 0) for fd in self.fds]
+        except OSError:
+            return None
+        fields = [r[r.rfind(b")") + 2 :].split() for r in raw]
+        return [int(f[36]) for f in fields if f[0] == b"R"]
+
     def close(self) -> None:
         for fd in self.fds:
             os.close(fd)
