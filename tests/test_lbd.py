@@ -271,3 +271,24 @@ def test_a_clearly_imbalanced_first_window_gets_no_reverse_trial() -> None:
     assert 0.3 >= P.threshold + P.reverse_band
     states = drive(lambda q: shares(0.3), 400, speed=lambda local: RING * (2.0 if local else 1.0))
     assert not any(s.queue_local for s in states)
+
+
+def test_a_busy_job_whose_cvcs_never_settles_is_measured_after_settle_quanta() -> None:
+    """On the global queue the switch counts of a ring's ranks follow the hand-offs' order: their CVCS
+    moves by more than stable_change every quantum. A busy job goes on to its window anyway."""
+    rng = random.Random(7)
+    state, sw, cpu = LbdState(), [0.0] * 4, [0.0] * 4
+    phases = []
+    for _ in range(P.settle_quanta + 3):
+        sw = [s + 100 * (1 + 0.4 * rng.random()) for s in sw]  # busy, and unsteady
+        cpu = [c + 0.5 * Q for c in cpu]
+        state = lbd_step(state, sw, cpu if state.wants_user_times(P) else None, P)
+        phases.append(state.phase)
+    assert phases.index(LBD_STABLE) == P.settle_quanta - 1  # not fast_quanta steady ones: there were none
+    # A quiet job (below busy_switches) still needs its steady quanta.
+    quiet = LbdState()
+    sw = [0.0] * 4
+    for _ in range(P.settle_quanta + 3):
+        sw = [s + 5 * (1 + 0.4 * rng.random()) for s in sw]
+        quiet = lbd_step(quiet, sw, None, P)
+    assert quiet.phase == LBD_MEASURING
