@@ -31,18 +31,21 @@ of losing its accuracy. A first decision that was wrong is corrected by the re-c
 Short windows for short phases (ours): that error is one phase per rank at each end, so what a window
 needs is phases, not seconds, and every compute phase ends at an MPI call. A ring of 4 ranks folded 2
 per CPU makes some 150,000 MPI calls per CPU second of its ranks; its 0.2 s window took 0.75 s of wall
-time, and the 1.4 s ring spent 80 % of its run measuring on the global queue, which runs it at half
-the speed of local queues. The first window therefore also closes once the ranks have made, on
-average, `window_calls` (200) MPI calls each in it and used `window_min_cpu_s` (0.03 s) of CPU each:
-the ring then decides after some 0.1 s. A job of 8.5 ms phases (send.S: some 210 calls per CPU second)
-needs its 0.2 s as before. Counted in calls, not in the ranks' `ctx_switches`: a balanced send.S gives
-up its CPU some 5,500 times per CPU second on the global queue (each wait hands the token round), and a
-window of 100 of those read IP 15 %. Calls bound phases only from above (several calls may end one
-phase), hence 200 rather than the 100 phases that would make the error 2 %; a wrong first decision is
-corrected as below. The re-check windows of a job decided global close by the same rule: the ring,
-which reads IP 9-13 % in its first window in one run in three (its ranks' share of the CPU on the global
-queue depends on the token's hand-offs as much as on the program) and 0-5 % in the next, then reaches
-local queues after two short windows instead of two of 0.2 s.
+time, and the 1.4 s ring spent 80 % of its run measuring on the global queue, which runs it at half the
+speed of local queues. The first window therefore also closes once the ranks have made, on average,
+`window_calls` (200) MPI calls each in it and used `window_min_cpu_s` (0.015 s) of CPU each: the ring
+then decides after some 0.1 s; with the CPU times read every quantum (`sample_quanta` 1, was 5: a few
+reads of /proc per quantum and measuring job) and 0.015 s rather than 0.03 s, the window of a ring
+folded 2 per CPU closes after 7 quanta instead of 16 (each spent at a sixth of the speed of local
+queues); 200 calls in it still bound its phases to 1 % of it. A job of 8.5 ms phases (send.S: some 210
+calls per CPU second) needs its 0.2 s as before. Counted in calls, not in the ranks' `ctx_switches`: a
+balanced send.S gives up its CPU some 5,500 times per CPU second on the global queue (each wait hands
+the token round), and a window of 100 of those read IP 15 %. Calls bound phases only from above (several
+calls may end one phase), hence 200 rather than the 100 phases that would make the error 2 %; a wrong
+first decision is corrected as below. The re-check windows of a job decided global close by the same
+rule: the ring, which reads IP 9-13 % in its first window in one run in three (its ranks' share of the
+CPU on the global queue depends on the token's hand-offs as much as on the program) and 0-5 % in the
+next, then reaches local queues after two short windows instead of two of 0.2 s.
 
 Local trial (ours): the thesis's premise, balanced -> local queues are faster, does not hold for every
 pattern now that the global queue hands the token to a rank that can make progress: folded onto one
@@ -95,13 +98,13 @@ class LbdParams:
     ip_quanta: int = 300  # the first window closes after this many quanta even if short of CPU time
     window_cpu_s: float = 0.2
     window_calls: float = 200.0  # ... or as soon as the ranks made this many MPI calls each in it
-    window_min_cpu_s: float = 0.03  # ... and this much CPU time each
+    window_min_cpu_s: float = 0.015  # ... and this much CPU time each
     remeasure_quanta: int = 1000
     min_switches: float = 4.0
     busy_switches: float = 50.0
     fast_quanta: int = 3
     settle_quanta: int = 5  # a busy job whose CVCS has not settled after this many quanta is measured anyway
-    sample_quanta: int = 5
+    sample_quanta: int = 1
     recheck_cpu_s: float = 0.2
     recheck_sample_quanta: int = 20
     hysteresis: float = 0.03
