@@ -92,13 +92,14 @@ def test_global_queue_never_queues_a_rank_behind_another_while_a_cpu_idles(manag
     cmd = selftest_cmd("send", "--variant", "50x6", "--iters", "60", "--work", "4")
     proc = subprocess.Popen(vmrun_cmd(manager.state_dir, 4, 2, cmd, queue="global", heuristic="progress"),
                             env=manager.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
-    pids: list[int] = []
+    # Sample from the moment the manager has verified all four ranks: before, they run as plain MPI.
     deadline = time.monotonic() + 30
-    while len(pids) < 4 and proc.poll() is None and time.monotonic() < deadline:
-        pids = rank_pids(proc.pid)
+    while proc.poll() is None and time.monotonic() < deadline:
+        if any(j["nranks"] == 4 and j["registered"] == 4 for j in manager.status()["jobs"]):
+            break
         time.sleep(0.01)
+    pids = rank_pids(proc.pid)
     assert len(pids) == 4, "the ranks did not start"
-    time.sleep(0.3)  # past start-up and registration
     two_on_one = both = 0
     sampler = StateSampler(pids)
     try:

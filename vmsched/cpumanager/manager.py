@@ -607,15 +607,13 @@ class CpuManager:
         # spinning ranks never share a CPU while another one idles.
         own = j.queue == L.QUEUE_LOCAL or len(j.cpus) >= j.nranks
         target = rank_cpus(t.rank, j.cpus, local_queues=own)
+        # The pidfd's check right before the calls: the pid still names the verified process.
         if not target or t.pinned == target or not pidfd_alive(t.pidfd):
             return
         # On a global queue the runtime pins a rank it gives a token to onto that token's CPU: a pin
         # within the partition is kept (re-pinning to the whole of it would let the kernel queue the
         # rank behind another one while a CPU idles).
-        if not own and proc.affinity_within(t.pid, target):
-            t.pinned = target
-        # The pidfd's check right before the call: the pid still names the verified process.
-        elif pidfd_alive(t.pidfd) and proc.set_affinity(t.pid, target):
+        if (not own and proc.affinity_within(t.pid, target)) or proc.set_affinity(t.pid, target):
             t.pinned = target
 
     def _wake_job(self, job: JobView) -> None:
