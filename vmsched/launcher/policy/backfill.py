@@ -92,10 +92,11 @@ def backfill(ws: Workspace, rule: StartRule, head: QueuedJob) -> None:
         # numbers: sizes below `lasting` stay free for ever, the others for `window`).
         profile, plan = shadow_reservation(ws, rule, free, head)
         lasting, window = profile.lasting(free), profile.shadow - ws.now
-        # The head is ordered()[0] (decide_in_workspace's), so the scan starts behind it.
-        candidates = [j for j in ws.ordered()[1:]
+        candidates = [j for j in ws.ordered()
                       if j.floor_cpus <= free and (j.floor_cpus < lasting or j.estimate <= window)
                       and j.min_procs <= room]  # fmt: skip
+        if candidates and candidates[0] is head:  # ordered()[0], decide_in_workspace's (no slice: a copy)
+            del candidates[0]
         order = None
     else:
         general = _general(ws, rule, head, depth, ws.suspended(), free, room)

@@ -205,7 +205,12 @@ class ShadowProfile:
     def lasting(self, most: int) -> int:
         """spans(most) in one number, for 0 <= most <= free: spans[c] is inf for c < lasting(most), and
         shadow - now from there up to `most`."""
-        return most + 1 if self.extra >= self.free else min(max(int(self.extra), 0) + 1, most + 1)
+        extra = self.extra  # an int, or inf while no reservation is taken
+        if extra >= self.free:
+            return most + 1
+        # min(max(int(extra), 0) + 1, most + 1) without the three calls (asked at every EASY pass)
+        lasting = int(extra) + 1 if extra > 0 else 1
+        return lasting if lasting <= most else most + 1
 
     def spans(self, most: int) -> list[float]:
         """FreeProfile.spans: spans[c] for c in 0..most, how long from now at least c CPUs stay free."""

@@ -120,7 +120,10 @@ def running_set_changed(
     # A suspended job removed may have been the last: asked again then.
     out.any_suspended = any(map(_SUSPENDED, jobs)) if suspended else False
     if previous._by_end is not None and not out.any_suspended:
-        ends, cpus = previous._by_end[0].copy(), previous._by_end[1].copy()
+        # Taken over, not copied: `previous` works them out again if it is ever asked (a driver asks the
+        # newest set only).
+        ends, cpus = previous._by_end
+        previous._by_end = None
         for added, job in changes:
             if job.suspended:
                 continue  # a suspended job releases nothing
