@@ -199,9 +199,28 @@ def test_a_balanced_job_no_slower_on_local_queues_stays_there(ratio: float) -> N
     assert states[-1].queue_local and states[-1].rate_local is not None
 
 
-def test_an_imbalanced_job_is_never_tried_on_local_queues() -> None:
-    states = drive(lambda q: [1 / 6, 1.0, 1 / 6, 1.0], 400, speed=lambda local: 500.0 if local else 100.0)
-    assert not any(s.queue_local for s in states)
+def test_an_imbalanced_job_slower_on_local_queues_goes_back_after_one_trial() -> None:
+    """send.50x6: IP 33 %, and less progress per CPU second on local queues (its light ranks burn their
+    waits there): one reverse trial, cut short at its early look, then global while it stays so."""
+    states = drive(lambda q: [1 / 6, 1.0, 1 / 6, 1.0], 600, speed=lambda local: 60.0 if local else 100.0)
+    seq = decisions(states)
+    assert [local for _, local in seq] == [True, False]
+    assert states[seq[0][0]].reverse and states[seq[1][0]].rate_local == pytest.approx(60.0)
+    assert not states[-1].hold_global  # it re-checks on the global queue (see the next tests)
+    on_local = sum(s.queue_local for s in states)
+    assert on_local == P.trial_min_quanta  # the early look, not the window's 40 quanta
+
+
+def test_an_imbalanced_job_that_runs_faster_on_local_queues_keeps_them() -> None:
+    """A reduction tree of 8 ranks on 2 CPUs reads IP 42 % on the global queue and runs 2x faster on
+    local queues: the reverse trial keeps it there, and so does every periodic re-measure."""
+    params = LbdParams(remeasure_quanta=150)
+    states = drive(lambda q: shares(0.42), 700, params, speed=lambda local: 2 * RING if local else RING)
+    seq = decisions(states)
+    assert len(seq) >= 3 and all(local for _, local in seq)
+    assert all(states[q].reverse for q, _ in seq)  # each a reverse trial, each kept
+    assert states[-1].queue_local or states[-1].phase == LBD_STABLE
+    assert sum(s.queue_local for s in states) / len(states) > 0.8
 
 
 def test_outside_load_during_the_local_trial_does_not_count_against_local_queues() -> None:
@@ -225,10 +244,13 @@ SEND_S = 210.0  # ... of a balanced send.S (8.5 ms phases)
 
 @pytest.mark.parametrize("ip", [0.0, 0.05, 0.4])
 def test_short_phases_close_the_first_window_early_with_the_same_decision(ip: float) -> None:
-    """A ring's rate of MPI calls: 200 calls and 0.03 s of CPU per rank come long before 0.2 s of CPU;
+    """A ring's rate of MPI calls: 200 calls and 0.015 s of CPU per rank come long before 0.2 s of CPU;
     a job of 8.5 ms phases keeps the 0.2 s window, and so does one whose calls are not counted."""
     fast = drive(lambda q: shares(ip), 200, speed=lambda local: RING)
-    assert decisions(fast)[0][1] == (ip < P.threshold) and fast[decisions(fast)[0][0]].ip == pytest.approx(ip)
+    first = fast[decisions(fast)[0][0]]
+    # Imbalanced: global, tried on local queues at once (a reverse trial), which make no more progress here.
+    assert first.ip == pytest.approx(ip) and first.local and first.reverse == (ip >= P.threshold)
+    assert [local for _, local in decisions(fast)][-1] == (ip < P.threshold)
     cpu_per_quantum = sum(shares(ip)) / 4 * Q
     needed = max(P.window_calls / RING, P.window_min_cpu_s) / cpu_per_quantum
     # One quantum to take the window's base, then the need (whole quanta; a float sum of shares may fall
@@ -247,32 +269,42 @@ def test_re_check_windows_of_a_global_job_with_short_phases_are_short_too() -> N
     def rates(q: int) -> list[float]:
         return [1 / 6, 1.0, 1 / 6, 1.0] if q < change else [0.5] * 4
 
-    fast = decisions(drive(rates, 400, speed=lambda local: RING))
-    slow = decisions(drive(rates, 400, speed=lambda local: SEND_S))
-    assert [local for _, local in fast][:2] == [False, True] == [local for _, local in slow][:2]
+    fast = decisions(drive(rates, 400, speed=lambda local: RING * (0.5 if local else 1.0)))
+    slow = decisions(drive(rates, 400, speed=lambda local: SEND_S * (0.5 if local else 1.0)))
+    # The first window's reverse trial fails (half the progress on local queues); the re-checks then
+    # take the job to local queues once it is balanced (and local queues, tried again, keep it).
+    assert [local for _, local in fast][:3] == [True, False, True] == [local for _, local in slow][:3]
+    fast, slow = fast[1:], slow[1:]
     assert fast[1][0] - change <= (P.confirm + 1) * (P.window_min_cpu_s / (0.5 * Q) + P.sample_quanta)
     assert fast[1][0] < slow[1][0]
 
 
 @pytest.mark.parametrize(("local_speed", "kept"), [(1.3, True), (1.1, False), (0.8, False)])
-def test_a_mildly_imbalanced_first_window_is_tried_on_local_queues(local_speed: float, kept: bool) -> None:
-    """IP 13 % at the first window (a ring on the global queue): tried on local queues, kept only with
-    more than trial_margin more MPI calls per CPU second there; otherwise global until the re-measure."""
-    states = drive(lambda q: shares(0.13), 400, speed=lambda local: RING * (local_speed if local else 1.0))
+@pytest.mark.parametrize("ip", [0.13, 0.3])
+def test_an_imbalanced_first_window_is_tried_on_local_queues(ip: float, local_speed: float, kept: bool) -> None:
+    """IP 13 % at the first window (a ring on the global queue) or 30 % (send.50x6): tried on local queues,
+    kept only with more than trial_margin more MPI calls per CPU second there; otherwise global, where
+    its re-check windows (still imbalanced) leave it."""
+    states = drive(lambda q: shares(ip), 400, speed=lambda local: RING * (local_speed if local else 1.0))
     first = decisions(states)[0][0]
     assert states[first].queue_local and states[first].reverse  # the trial, at once
-    assert states[-1].queue_local == kept and not states[-1].reverse
-    assert states[-1].hold_global == (not kept)
+    assert states[-1].queue_local == kept and not states[-1].reverse and not states[-1].hold_global
     if not kept:  # one decision back to the global queue, then no re-check moves it
         assert [local for _, local in decisions(states)] == [True, False]
+        assert states[-1].ip == pytest.approx(ip)  # re-check windows closed, and read it imbalanced
+    # Less progress than on the global queue is seen at the early look; more, but not enough, only at
+    # the trial's end, as long as the window before it.
+    window = first - next(i for i, s in enumerate(states) if s.phase == LBD_STABLE)
+    on_local = sum(s.queue_local for s in states)
+    assert on_local == P.trial_min_quanta if local_speed < 1 else on_local >= max(P.trial_min_quanta, window)
 
 
-def test_a_clearly_imbalanced_first_window_gets_no_reverse_trial() -> None:
-    """send.50x6 reads IP 23-37 %: above threshold + reverse_band, so local queues are never tried, however
-    fast its calls would be there."""
-    assert 0.3 >= P.threshold + P.reverse_band
-    states = drive(lambda q: shares(0.3), 400, speed=lambda local: RING * (2.0 if local else 1.0))
+def test_a_reverse_band_limits_the_trials_to_near_the_threshold() -> None:
+    """With a band of 10 % (the rule before the tree was measured), IP 30 % is never tried."""
+    params = LbdParams(reverse_band=0.10)
+    states = drive(lambda q: shares(0.3), 400, params, speed=lambda local: RING * (2.0 if local else 1.0))
     assert not any(s.queue_local for s in states)
+    assert decisions(drive(lambda q: shares(0.13), 400, params, speed=lambda local: RING))[0][1]
 
 
 def test_a_busy_job_whose_cvcs_never_settles_is_measured_after_settle_quanta() -> None:

@@ -60,15 +60,22 @@ which changes from one window to the next, cancels out (per quantum, the trial s
 back to the global queue at load 11). The margin is 20 %: a balanced send.S read 182-216 calls per
 CPU second on the global queue and 182-209 on local queues from one window to the next (load 11).
 
-Reverse trial (ours): the idleness that the global queue shows is partly its own making. A ring of 4
-ranks folded 2 per CPU reads IP 9-19 % there in one run in three (which ranks get the CPU depends on
-the token's hand-offs as much as on the program), and then stayed on the global queue, at half the
-speed of local queues. So a job whose first window reads IP at or above the threshold but below
-threshold + `reverse_band` (20 %) is tried on local queues as a job decided local is, and keeps them
-only if they made more than `trial_margin` (20 %) *more* progress per CPU second than the global window:
-the ring made 30 % more (188,735 and 212,648 calls per CPU second locally against 144,063 and 162,981);
-send.50x6, at IP 23-37 %, is never tried. A job that fails it stays on the global queue until its next
-periodic re-measure, like one whose local trial failed.
+Reverse trial (ours): the idleness that the global queue shows is partly its own making, and an
+imbalanced job is not always faster there. A ring of 4 ranks folded 2 per CPU reads IP 9-19 % there in
+one run in three (which ranks get the CPU depends on the token's hand-offs as much as on the program),
+and then stayed on the global queue, at half the speed of local queues; a reduction tree of 8 ranks on
+2 CPUs reads IP 42 % there and runs 2x faster on local queues (bench/patterns.py --shapes 8x2: its
+ranks wait for their children one at a time, and the global queue hands the CPU to a rank whose
+children have not sent yet as often as to one that can go on). So a window that decides global - the
+first, or the periodic re-measure of a job on local queues - is tried on local queues as a window that
+decides local is (`reverse_band` 1.0: at any IP; a lower band limits it to near the threshold), and the
+job keeps them only if they made more than `trial_margin` (20 %) *more* progress per CPU second than
+the global window: the ring made 30 % more (188,735 and 212,648 calls per CPU second locally against
+144,063 and 162,981). send.50x6, whose light ranks burn their waits in hand-offs and polls on local
+queues, makes less there and goes back: the trial costs it one window at local speed. A job that fails
+it goes on as one decided global - its re-check windows move it to local queues when it becomes
+balanced - not held there like a job whose local trial failed (those re-checks would take that one
+straight back to the queue its trial refused).
 
 Deciding again (ours): the pattern of a job may change. On the global queue CPU time is a fair measure
 of work (a rank without a token sleeps), so a decided-global job keeps measuring windows of
@@ -110,7 +117,7 @@ class LbdParams:
     hysteresis: float = 0.03
     confirm: int = 2
     trial_margin: float = 0.20
-    reverse_band: float = 0.10  # a first window with IP below threshold + this is tried on local queues
+    reverse_band: float = 1.0  # a window deciding global with IP below threshold + this is tried on local queues
     trial_min_quanta: int = 10
 
 
@@ -149,7 +156,7 @@ class LbdState:
         if not self.base_user:
             return True
         if self.phase == LBD_DECIDED and self.local and self.trial_quanta:
-            return _trial_due(self, params)  # the end of a local trial
+            return _trial_due(self, params) or _trial_glance(self, params)  # the end of a trial, or its early look
         if self.phase == LBD_DECIDED and (self.local or self.hold_global):
             return False  # local queues: CPU time is no measure of idleness (see the module docstring)
         every = params.sample_quanta if self.phase == LBD_STABLE or self.short_phases else params.recheck_sample_quanta
@@ -212,23 +219,38 @@ def _trial_due(state: LbdState, params: LbdParams) -> bool:
     return state.trial_quanta >= max(params.trial_min_quanta, state.trial_len)
 
 
+def _trial_glance(state: LbdState, params: LbdParams) -> bool:
+    """Whether this quantum of a reverse trial is its early look: after trial_min_quanta, local queues
+    that make less progress per CPU second than the global window did have failed already (they must
+    make trial_margin more to be kept), which spares an imbalanced job most of a trial at local speed."""
+    return state.reverse and state.trial_quanta == params.trial_min_quanta and not _trial_due(state, params)
+
+
 def _trial(state: LbdState, calls: float, times: Sequence[float] | None, since: int, params: LbdParams) -> LbdState:
     """One quantum of a local trial: at its end keep local queues unless they made measurably less
     progress per CPU second (a round robin that wakes ranks that cannot go on burns CPU in hand-offs
     and polls; counting per CPU second, not per quantum, keeps outside load out of the comparison)."""
-    if not _trial_due(state, params) or times is None or len(times) != len(state.base_user):
+    glance = _trial_glance(state, params)
+    if not (glance or _trial_due(state, params)) or times is None or len(times) != len(state.base_user):
         return replace(state, trial_quanta=state.trial_quanta + 1, since_decision=since)
     cpu = sum(max(0.0, u - b) for u, b in zip(times, state.base_user, strict=True))
     if cpu <= 0:
         return replace(state, trial_quanta=state.trial_quanta + 1, since_decision=since)
     rate = (calls - state.trial_base) / cpu
-    if state.reverse:  # local queues must earn the move: clearly more progress per CPU second
+    if glance:  # no more progress than on the global queue so far: failed; otherwise see it through
+        slower = state.rate_global is None or rate < state.rate_global
+        if not slower:
+            return replace(state, trial_quanta=state.trial_quanta + 1, since_decision=since)
+    elif state.reverse:  # local queues must earn the move: clearly more progress per CPU second
         slower = state.rate_global is None or rate < state.rate_global * (1 + params.trial_margin)
     else:
         slower = state.rate_global is not None and rate < state.rate_global * (1 - params.trial_margin)
     if slower:
         back = _decide(state, state.ip, False, (), None, 0.0, 1)
-        return replace(back, rate_global=state.rate_global, rate_local=rate, hold_global=True, reverse=False)
+        # A reverse trial's job goes on re-checking on the global queue, as its window decided; one whose
+        # local decision failed its trial is held there (its re-checks would take it straight back).
+        return replace(back, rate_global=state.rate_global, rate_local=rate, hold_global=not state.reverse,
+                       reverse=False)  # fmt: skip
     return replace(state, trial_quanta=0, rate_local=rate, since_decision=since, reverse=False)
 
 
@@ -271,8 +293,8 @@ def lbd_step(
         # unless clearly imbalanced now.
         cut = params.threshold if state.decisions == 0 or not state.local else params.threshold + params.hysteresis
         local = ip < cut
-        # Found imbalanced at the first window, but not by far: try local queues (reverse trial).
-        reverse = not local and state.decisions == 0 and ip < params.threshold + params.reverse_band
+        # Found imbalanced (within reverse_band of the threshold): try local queues (reverse trial).
+        reverse = not local and ip < params.threshold + params.reverse_band
         decided = _decide(state, ip, local or reverse, times, calls, sum(used), quanta)
         if reverse and decided.trial_quanta:
             decided = replace(decided, reverse=True)
