@@ -306,7 +306,11 @@ def test_c_header_matches_ctypes_layout(tmp_path):
             lines.append(f'printf("%zu\\n", offsetof({cname}, {name}));')
             expect.append(getattr(struct, name).offset)
     # The protocol constants too: generated from the same definition.
-    for name in ("WAKE_WAIT", "WAKE_RUN", "LOCK_TIMEOUT_S", "WAKE_MS", "MAX_RANKS", "NAME_LEN", "RANK_WAITING"):
+    constants = (
+        "WAKE_WAIT WAKE_RUN WAKE_SLEEP WAKE_YIELD YIELD_WAIT_US YIELD_WAIT_MAX_AVG_US LOCK_TIMEOUT_S WAKE_MS "
+        "MAX_RANKS NAME_LEN RANK_WAITING RFLAG_SCHEDULED"
+    )
+    for name in constants.split():
         lines.append(f'printf("%llu\\n", (unsigned long long)VM_{name});')
         expect.append(getattr(L, name))
     lines.append("return 0; }")

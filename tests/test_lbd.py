@@ -143,6 +143,23 @@ def test_in_band_windows_neither_confirm_nor_cancel_a_move_to_local_queues(betwe
     assert any(s.queue_local for s in states) == moves
 
 
+@pytest.mark.parametrize(("local_speed", "kept"), [(1.0, True), (0.7, False)])
+def test_a_global_job_whose_windows_stay_in_the_band_is_tried_on_local_queues(local_speed: float, kept: bool) -> None:
+    """Re-check windows that read 8.5 % every time (never clearly balanced, never imbalanced): after
+    band_windows of them a local trial settles it; local queues that make trial_margin less progress
+    send it back, held on the global queue until its re-measure, so it does not flap."""
+    start = LbdState(LBD_DECIDED, 0.1, local=False, decisions=1)
+    speed = lambda local: 100.0 * (local_speed if local else 1)  # noqa: E731
+    states = drive(lambda q: shares(0.085), 400, P_CPU, start, speed=speed)
+    seq = decisions(states)[1:]  # [0]: the start state's own decision
+    closed = sum(1 for prev, s in zip(states, states[1:], strict=False) if s.ip != prev.ip and s.phase == LBD_DECIDED)
+    assert seq and seq[0][1] and closed >= P.band_windows  # tried once the band windows closed, not before
+    assert states[seq[0][0]].ip == pytest.approx(0.085)
+    assert states[-1].queue_local == kept
+    if not kept:
+        assert [local for _, local in seq] == [True, False] and states[-1].hold_global
+
+
 def test_a_local_job_that_becomes_imbalanced_moves_to_the_global_queue_at_its_next_remeasure() -> None:
     params = LbdParams(remeasure_quanta=200)
     change = 120

@@ -80,7 +80,13 @@ straight back to the queue its trial refused).
 Deciding again (ours): the pattern of a job may change. On the global queue CPU time is a fair measure
 of work (a rank without a token sleeps), so a decided-global job keeps measuring windows of
 `recheck_cpu_s` and moves to local queues when IP < threshold - `hysteresis` in `confirm` windows with
-none at or above the threshold between them (windows in the band count neither way). On local queues it
+none at or above the threshold between them (windows in the band count neither way). A job whose
+windows stay in the band - below the threshold, never clearly - is tried on local queues after
+`band_windows` of them in a row, like a job decided local (kept unless they make `trial_margin` less
+progress per CPU second; a failed trial holds it on the global queue until its re-measure): after 30
+imbalanced iterations, a balanced send.S read 7.2-8.4 % in every re-check window in 1 run of 6-8 and
+stayed global to its end, whatever the runtime's waiting (tests/test_runtime_lbd.py). Without the
+ranks' call counts there is no trial, and such a job stays where it is. On local queues it
 is not: a rank whose queue-mate also waits hands the token back and forth and polls, so waiting shows as
 CPU time (the imbalanced send.50x6 reads IP 6-25 % there). A decided-local job therefore goes back to
 the global queue for one window every `remeasure_quanta` quanta, and leaves it again unless IP >=
@@ -119,6 +125,7 @@ class LbdParams:
     trial_margin: float = 0.20
     reverse_band: float = 1.0  # a window deciding global with IP below threshold + this is tried on local queues
     trial_min_quanta: int = 10
+    band_windows: int = 4  # re-check windows in a row below the threshold, inside the band, before a local trial
 
 
 @dataclass(frozen=True)
@@ -134,6 +141,7 @@ class LbdState:
     ip: float | None = None  # IP of the last closed window
     local: bool | None = None  # the decision, once phase is LBD_DECIDED (while re-measuring: the last one)
     against: int = 0  # windows in a row whose IP argues for the other queue
+    below: int = 0  # re-check windows in a row below the threshold (clearly or inside the band)
     decisions: int = 0  # windows that decided (the first decision and every re-decision)
     since_decision: int = 0  # quanta since the last decision (drives the periodic re-measure)
     base_calls: float | None = None  # the ranks' MPI calls at the start of the open window
@@ -210,8 +218,8 @@ def _decide(state: LbdState, ip: float | None, local: bool, times: tuple[float, 
     rate = (calls - state.base_calls) / cpu if calls is not None and state.base_calls is not None and cpu > 0 else None
     trial = local and rate is not None and rate > 0
     return replace(state, phase=LBD_DECIDED, ip=ip, local=local, base_user=times, base_calls=calls, quanta_stable=0,
-                   against=0, decisions=state.decisions + 1, since_decision=0, rate_global=rate, rate_local=None,
-                   trial_quanta=1 if trial else 0, trial_base=calls or 0.0, trial_len=quanta,
+                   against=0, below=0, decisions=state.decisions + 1, since_decision=0, rate_global=rate,
+                   rate_local=None, trial_quanta=1 if trial else 0, trial_base=calls or 0.0, trial_len=quanta,
                    hold_global=False)  # fmt: skip
 
 
@@ -312,7 +320,12 @@ def lbd_step(
         against = state.against + 1
     else:
         against = state.against if ip < params.threshold else 0
+    below = state.below + 1 if ip < params.threshold else 0
     if against >= params.confirm:
         return _decide(state, ip, True, times, calls, sum(used), quanta)  # short_phases as it was
-    return replace(state, ip=ip, base_user=times, base_calls=calls, quanta_stable=0, against=against,
+    if below >= params.band_windows:  # never clearly balanced, never imbalanced: let a trial settle it
+        decided = _decide(state, ip, True, times, calls, sum(used), quanta)
+        if decided.trial_quanta:
+            return decided
+    return replace(state, ip=ip, base_user=times, base_calls=calls, quanta_stable=0, against=against, below=below,
                    since_decision=since)  # fmt: skip

@@ -31,7 +31,14 @@ SHM_SUFFIX_LEN = 32  # bytes of a rank's MPICH segment name after MPICH_SHM_PREF
 MPICH_SHM_PREFIX = "/dev/shm/mpich_shm_"  # MPICH's intranode segments (removed only in MPI_Finalize)
 
 # Protocol constants shared with the runtime (generated into the C header).
-WAKE_WAIT, WAKE_RUN = 0, 1  # rank.wake (a futex word): may sleep / holds a token (or must stop waiting)
+# rank.wake (a futex word): waits for a token / holds one (or must stop waiting) / sleeps in FUTEX_WAIT
+# (only then does a giver need a FUTEX_WAKE) / waits yielding its CPU (a local queue whose waiting ranks
+# all do leaves a token free for them to take; see vmsched/vmruntime/README.md)
+WAKE_WAIT, WAKE_RUN, WAKE_SLEEP, WAKE_YIELD = 0, 1, 2, 3
+# Two-phase waiting: a rank whose waits have been short (average below YIELD_WAIT_MAX_AVG_US) first
+# waits by yielding its CPU for up to YIELD_WAIT_US, then sleeps in the kernel.
+YIELD_WAIT_US = 100
+YIELD_WAIT_MAX_AVG_US = 30
 LOCK_TIMEOUT_S = 1  # a lock held longer than this is taken to be stale (its holder died)
 WAKE_MS = 100  # a sleeping rank re-checks the manager, its job and dead token holders this often
 
@@ -48,6 +55,7 @@ HEUR_SENDER, HEUR_UNCONSUMED, HEUR_AFFINITY, HEUR_RR, HEUR_PROGRESS = 0, 1, 2, 3
 RANK_FREE, RANK_RUNNING, RANK_WAITING, RANK_DONE = 0, 1, 2, 3
 # rank.flags
 RFLAG_EXTERNAL = 2  # registered through the API (not by the MPI runtime)
+RFLAG_SCHEDULED = 4  # its runtime has entered the token protocol (a hint among the job's ranks; the manager ignores it)
 
 QUEUE_NAMES = {QUEUE_LOCAL: "local", QUEUE_GLOBAL: "global"}
 LBD_NAMES = {LBD_OFF: "off", LBD_MEASURING: "measuring", LBD_STABLE: "stable", LBD_DECIDED: "decided"}
@@ -231,6 +239,10 @@ def c_header() -> str:
         f'#define VM_MPICH_SHM_PREFIX "{MPICH_SHM_PREFIX}"',
         f"#define VM_WAKE_WAIT {WAKE_WAIT}",
         f"#define VM_WAKE_RUN {WAKE_RUN}",
+        f"#define VM_WAKE_SLEEP {WAKE_SLEEP}",
+        f"#define VM_WAKE_YIELD {WAKE_YIELD}",
+        f"#define VM_YIELD_WAIT_US {YIELD_WAIT_US}",
+        f"#define VM_YIELD_WAIT_MAX_AVG_US {YIELD_WAIT_MAX_AVG_US}",
         f"#define VM_LOCK_TIMEOUT_S {LOCK_TIMEOUT_S}",
         f"#define VM_WAKE_MS {WAKE_MS}",
     ]
@@ -240,6 +252,7 @@ def c_header() -> str:
         "HEUR_SENDER": HEUR_SENDER, "HEUR_UNCONSUMED": HEUR_UNCONSUMED, "HEUR_AFFINITY": HEUR_AFFINITY,
         "HEUR_RR": HEUR_RR, "HEUR_PROGRESS": HEUR_PROGRESS, "RANK_FREE": RANK_FREE, "RANK_RUNNING": RANK_RUNNING,
         "RANK_WAITING": RANK_WAITING, "RANK_DONE": RANK_DONE, "RFLAG_EXTERNAL": RFLAG_EXTERNAL,
+        "RFLAG_SCHEDULED": RFLAG_SCHEDULED,
     }  # fmt: skip
     lines += [f"#define VM_{k} {v}" for k, v in consts.items()]
     for struct, cname in C_STRUCTS.items():

@@ -12,12 +12,19 @@
  * in the job's own segment, which only the job's user can open (docs/security.md). No rank takes a
  * lock of the node table.
  *
- * Blocking. A rank whose operation cannot complete hands its token to the next rank, sets its own
- * wake word to VM_WAKE_WAIT and state to WAITING (still under the lock), and sleeps in
- * FUTEX_WAIT(wake, VM_WAKE_WAIT). The giver of a token sets the receiver's wake to VM_WAKE_RUN before
- * FUTEX_WAKE, so a wake-up cannot be lost. The
- * wait has a timeout: a sleeping rank wakes every VM_WAKE_MS to check the manager, its job and the
- * holders of the tokens (a dead holder's token is reclaimed).
+ * Blocking. A rank whose operation cannot complete hands its token on, sets its own wake word to
+ * VM_WAKE_WAIT and state to WAITING (still under the lock), and waits in two phases. If its recent waits
+ * were short (fine-grained exchanges), it first yields its CPU for up to VM_YIELD_WAIT_US, looking at its
+ * wake word between yields; then it swaps the word to VM_WAKE_SLEEP and sleeps in FUTEX_WAIT(wake,
+ * VM_WAKE_SLEEP). The giver of a token swaps the receiver's word to VM_WAKE_RUN and sends a FUTEX_WAKE
+ * only if the old value was VM_WAKE_SLEEP: one atomic exchange each side, so a wake-up cannot be lost,
+ * and a hand-off to a rank that yields costs no system call but the giver's own sched_yield (a futex
+ * wake and wait cost 2.7 us here, a yield 1.1 us). On local queues a token whose queue-mates all yield
+ * is left free, and the first of them that runs and may go on takes it (its awaited message has
+ * arrived, or the counters cannot tell): the kernel runs the waiters in turn, so a directed hand-off
+ * among them cost one to three wasted yields. The sleep has a timeout: a sleeping rank wakes every
+ * VM_WAKE_MS to check the manager, its job and the holders of the tokens (a dead holder's token is
+ * reclaimed).
  *
  * Generations. The CPU manager bumps job->generation when the partition or the queue type changes
  * and FUTEX_WAKEs the waiting ranks. The first rank that sees generation != rt_generation rebuilds
@@ -96,6 +103,13 @@ static int64_t now_ns(void) {
 
 static void real_yield(void) { syscall(SYS_sched_yield); }
 
+/* Two-phase waiting (see Blocking above). VMRT_YIELD_WAIT_US overrides the window (0: always sleep at
+ * once, the protocol before it) for experiments. */
+static int yield_wait_us = -1;
+static double avg_wait_ns;       /* moving average of this rank's waits for a token */
+static int all_joined;           /* every rank of the job has registered (see yield_token) */
+static unsigned long yields, sleeps, claims; /* waits by yielding, sleeps in the kernel, free tokens taken */
+
 static int futex_wait(uint32_t *addr, uint32_t expected, int timeout_ms) {
     struct timespec ts = {timeout_ms / 1000, (long)(timeout_ms % 1000) * 1000000L};
     /* Shared (not FUTEX_PRIVATE): the CPU manager wakes us from another process. */
@@ -148,7 +162,7 @@ static void job_lock(void) {
 
 /* Wake-ups decided under the lock are sent after it is released: a woken rank must not find the
  * lock still held by a waker it has just preempted. So are the pins that go with them (below). */
-static uint32_t *pending_wake[VM_MAX_CPUS + 1];
+static uint32_t *pending_wake[VM_MAX_CPUS + 1]; /* NULL: no wake-up, a pin only */
 static pid_t pending_pid[VM_MAX_CPUS + 1];
 static int pending_cpu[VM_MAX_CPUS + 1]; /* pin the woken rank there first; -1 no */
 static int npending;
@@ -167,7 +181,7 @@ static void job_unlock(void) {
     __atomic_store_n(&vm.rt->rt.rt_lock, 0, __ATOMIC_RELEASE);
     for (int i = 0; i < npending; i++) {
         if (pending_cpu[i] >= 0) pin_pid_to(pending_pid[i], pending_cpu[i]); /* before the wake-up */
-        futex_wake(pending_wake[i]);
+        if (pending_wake[i]) futex_wake(pending_wake[i]);
     }
     npending = 0;
     if (pending_self_cpu >= 0) {
@@ -257,12 +271,13 @@ static void grant(int t, int r) {
         pin = vm.job->cpus[t];
         e->pinned_to = (uint32_t)pin + 1;
     }
-    __atomic_store_n(&e->wake, VM_WAKE_RUN, __ATOMIC_RELEASE);
+    /* Only a rank that sleeps in the kernel needs a FUTEX_WAKE; one that yields sees its word change. */
+    uint32_t was = __atomic_exchange_n(&e->wake, VM_WAKE_RUN, __ATOMIC_ACQ_REL);
     if (r == vm.rank) {
         if (pin >= 0) pending_self_cpu = pin;
-    } else if (npending < (int)(sizeof pending_wake / sizeof pending_wake[0])) {
+    } else if ((was == VM_WAKE_SLEEP || pin >= 0) && npending < (int)(sizeof pending_wake / sizeof pending_wake[0])) {
         pending_pid[npending] = (pid_t)e->pid, pending_cpu[npending] = pin;
-        pending_wake[npending++] = &e->wake;
+        pending_wake[npending++] = was == VM_WAKE_SLEEP ? &e->wake : NULL;
     }
 }
 
@@ -327,6 +342,17 @@ static int next_unconsumed(int exclude) {
         if (u > most) most = u, best = c;
     }
     return best;
+}
+
+/* Local queue t: whether it has waiting ranks other than `me` and all of them wait by yielding. */
+static int mates_all_yield(int t, int me) {
+    int p = ntokens(), seen = 0;
+    for (int c = t; p > 0 && c < vm.nranks; c += p) {
+        if (c == me || !is_waiting(c)) continue;
+        if (__atomic_load_n(&rank_entry(c)->wake, __ATOMIC_ACQUIRE) != VM_WAKE_YIELD) return 0;
+        seen = 1;
+    }
+    return seen;
 }
 
 /* Which rank gets our token t (thesis §4.3.1); -1: nobody is waiting for one. */
@@ -540,6 +566,7 @@ void vm_generation_changed(void) {
     vm.spin_us = vm.job->spin_us;
     vm.mode = p < n ? VM_CTL : VM_FAST;
     set_batch(vm.mode == VM_CTL);
+    if (vm.mode == VM_CTL && vm.registered) __atomic_fetch_or(&vm.me->flags, VM_RFLAG_SCHEDULED, __ATOMIC_RELEASE);
     if (vm.mode > top_mode) top_mode = vm.mode;
     job_lock();
     sync_tokens();
@@ -549,25 +576,88 @@ void vm_generation_changed(void) {
     DBG("generation %u: %d CPUs for %d ranks, mode %s", gen, p, n, vm.mode == VM_CTL ? "ctl" : "fast");
 }
 
-/* Sleep until our wake word says we hold a token (or control ends). */
+/* Look around under the lock: a new generation, a free token we may take. */
+static void look_around(int reclaim) {
+    job_lock();
+    sync_tokens();
+    if (reclaim) reclaim_dead();
+    if (!vm.me->has_token && take_free()) claims++;
+    job_unlock();
+}
+
+/* First phase of a wait: yield the CPU until our word says we hold a token, a free token of our local
+ * queue is ours to take, or the window ends. The window is the MPI call's, not each wait's: queue-mates
+ * that pass a free token between them while both wait for a rank on another CPU go to sleep once the
+ * call has waited that long (a balanced send.S cycled so for its whole 8.5-ms exchanges). Only for a
+ * rank whose waits for a token have been short: ranks are their own sessions under mpiexec, so with the
+ * kernel's autogroups each one that yields still gets its share of the CPU, which a long wait would
+ * take from the rank computing beside it (master-worker with uneven tasks ran 1.37x longer when every
+ * wait yielded for its window). */
+static void yield_wait(void) {
+    if (yield_wait_us < 0) {
+        const char *y = getenv("VMRT_YIELD_WAIT_US");
+        yield_wait_us = y && *y ? atoi(y) : VM_YIELD_WAIT_US;
+    }
+    if (yield_wait_us <= 0 || avg_wait_ns >= VM_YIELD_WAIT_MAX_AVG_US * 1000.0) return;
+    /* Local queues only: on the global queue a rank's CPU time must stay its work (the LBD reads idleness
+     * from it there), and one that yields takes CPU from the rank computing beside it (a balanced
+     * send.S read IP 7-8 % in every re-check window, above the 7 % that moves it to local queues). */
+    if (vm.job->queue != VM_QUEUE_LOCAL) return;
+    int64_t until = vm.wait.since + (int64_t)yield_wait_us * 1000;
+    uint32_t w = VM_WAKE_WAIT;
+    if (now_ns() >= until ||
+        !__atomic_compare_exchange_n(&vm.me->wake, &w, VM_WAKE_YIELD, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+        return; /* too late in this call, or the token came meanwhile */
+    do {
+        real_yield();
+        yields++;
+        if (__atomic_load_n(&vm.me->wake, __ATOMIC_ACQUIRE) == VM_WAKE_RUN) return;
+        int p = ntokens();
+        /* Take a free token of our queue only if we may go on: our message has arrived, or the counters
+         * cannot tell (a collective, a poll); otherwise the queue-mate whose message has arrived runs. */
+        int mine = p > 0 && vm.job->queue == VM_QUEUE_LOCAL && vm.rt->rt.holder[vm.rank % p] < 0 &&
+                   (vm.wait.opaque || __atomic_load_n(&vm.me->unconsumed, __ATOMIC_RELAXED) > 0);
+        if (mine || __atomic_load_n(&vm.job->generation, __ATOMIC_ACQUIRE) != vm.rt->rt.rt_generation) {
+            look_around(0);
+            if (vm.me->has_token) return;
+        }
+    } while (now_ns() < until);
+    /* YIELD -> SLEEP, then look under the lock: a giver that saw YIELD may have left its token free for
+     * us, and nobody else may be awake to take it. (A failed swap: the token came meanwhile.) */
+    w = VM_WAKE_YIELD;
+    if (__atomic_compare_exchange_n(&vm.me->wake, &w, VM_WAKE_SLEEP, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+        look_around(0);
+}
+
+/* Wait until our wake word says we hold a token (or control ends): yielding first, then asleep. */
 static void block(void) {
+    int64_t t0 = now_ns();
+    if (!vm.wait.since) vm.wait.since = t0;
+    yield_wait();
     for (;;) {
-        if (__atomic_load_n(&vm.me->wake, __ATOMIC_ACQUIRE) != VM_WAKE_WAIT) break;
-        int rc = futex_wait(&vm.me->wake, VM_WAKE_WAIT, VM_WAKE_MS);
+        uint32_t w = __atomic_load_n(&vm.me->wake, __ATOMIC_ACQUIRE);
+        if (w == VM_WAKE_RUN) break;
+        /* -> SLEEP, so that a giver knows to wake us; a failed swap means the token came meanwhile. */
+        if (w != VM_WAKE_SLEEP) {
+            uint32_t was = w;
+            if (__atomic_compare_exchange_n(&vm.me->wake, &w, VM_WAKE_SLEEP, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE) &&
+                was == VM_WAKE_YIELD)
+                look_around(0); /* as at the end of yield_wait */
+            continue;
+        }
+        sleeps++;
+        int rc = futex_wait(&vm.me->wake, VM_WAKE_SLEEP, VM_WAKE_MS);
         int err = rc == -1 ? errno : 0;
         if (!world_ok()) return;
         if (err == ETIMEDOUT) {
             check_manager();
             if (vm.mode == VM_OFF) return;
         }
-        if (__atomic_load_n(&vm.me->wake, __ATOMIC_ACQUIRE) != VM_WAKE_WAIT) break;
+        if (__atomic_load_n(&vm.me->wake, __ATOMIC_ACQUIRE) == VM_WAKE_RUN) break;
         /* Woken by the manager (new generation) or a timeout: look around under the lock. */
-        job_lock();
-        sync_tokens();
-        if (err == ETIMEDOUT) reclaim_dead();
-        if (!vm.me->has_token) take_free();
-        job_unlock();
+        look_around(err == ETIMEDOUT);
     }
+    avg_wait_ns += ((double)(now_ns() - t0) - avg_wait_ns) / 8;
     if (!world_ok()) return;
     vm.me->state = VM_RANK_RUNNING;
     vm.me->cpu = sched_getcpu();
@@ -586,6 +676,7 @@ static void wait_locked(int waiting_for) {
 
 void vm_wait_token(int waiting_for) {
     if (vm.mode != VM_CTL || !world_ok()) return;
+    vm.wait.opaque = 1; /* it waits for a token only */
     job_lock();
     sync_tokens();
     if (vm.me->has_token || take_free()) {
@@ -593,6 +684,18 @@ void vm_wait_token(int waiting_for) {
         return;
     }
     wait_locked(waiting_for);
+}
+
+/* Whether every rank of the job has entered the token protocol (then stays so: a rank that left, or a
+ * process registered through the API, which takes no part in it, counts as joined). */
+static int job_joined(void) {
+    for (int r = 0; !all_joined && r < vm.nranks; r++) {
+        const vm_rank *e = &vm.rt->ranks[r];
+        uint32_t st = __atomic_load_n(&e->state, __ATOMIC_ACQUIRE);
+        uint32_t fl = __atomic_load_n(&e->flags, __ATOMIC_ACQUIRE);
+        if (st != VM_RANK_DONE && !(fl & (VM_RFLAG_SCHEDULED | VM_RFLAG_EXTERNAL))) return 0;
+    }
+    return all_joined = 1;
 }
 
 /* The operation is not complete: hand our token to the next rank and block (thesis fig. 4.6). */
@@ -603,9 +706,27 @@ static void yield_token(int waiting_for) {
         check_manager();
         if (vm.mode != VM_CTL || !world_ok()) return;
     }
+    /* Until every rank has entered the token protocol, wait as plain MPI does. A rank on its way there
+     * (in MPI_Init, or registered and pinning itself) runs as a plain process, and three ranks that
+     * handed the token round at the first barrier, asleep in turn, kept it from the CPU: it stayed
+     * runnable for 12 minutes with 58 ms of CPU (4 ranks on one CPU; seen once in some 40 runs). */
+    if (!all_joined && !job_joined()) {
+        real_yield();
+        return;
+    }
     job_lock();
     sync_tokens();
     int t = (int)vm.me->has_token - 1;
+    if (t >= 0 && vm.job->queue == VM_QUEUE_LOCAL && mates_all_yield(t, vm.rank)) {
+        /* Its queue-mates all wait by yielding: the first that runs and may go on takes the token (one
+         * that sleeps, or has not decided yet, gets it by a directed hand-off below, round robin, so
+         * none is passed over). */
+        vm.me->has_token = 0;
+        vm.rt->rt.holder[t] = -1;
+        count_free();
+        wait_locked(waiting_for);
+        return;
+    }
     if (t >= 0) {
         int next = choose_next(t, waiting_for);
         if (next < 0) { /* nobody could use the CPU instead: keep it and poll again */
@@ -635,6 +756,7 @@ void vm_poll_failed(void) {
     if (vm.mode != VM_CTL) return;
     if (++vm.poll_fail < VM_POLLS_BEFORE_YIELD) return;
     vm.poll_fail = 0;
+    vm.wait.opaque = 1;
     yield_token(-1);
 }
 
@@ -650,6 +772,7 @@ int sched_yield(void) {
                 vm.wait.blocked = 1;
                 vm.me->blocking_calls++;
             }
+            vm.wait.opaque = 1;
             vm_idle(vm.wait.waiting_for, &vm.wait.t0);
             return 0;
         }
@@ -799,11 +922,11 @@ static void write_stats(const char *why) {
     char buf[4096];
     int n = snprintf(buf, sizeof buf,
                      "{\"rank\":%d,\"pid\":%d,\"job\":%d,\"mode\":\"%s\",\"end\":\"%s\",\"mpi_calls\":%llu,"
-                     "\"blocking_calls\":%llu,\"ctx_switches\":%llu,\"generations\":%u,\"off\":\"%s\","
-                     "\"reclaimed\":%u,\"calls\":{",
+                     "\"blocking_calls\":%llu,\"ctx_switches\":%llu,\"yields\":%lu,\"sleeps\":%lu,\"claims\":%lu,"
+                     "\"generations\":%u,\"off\":\"%s\",\"reclaimed\":%u,\"calls\":{",
                      vm.rank, (int)vm.pid, (int)vm.job_id, mode, why, (unsigned long long)vm.me->mpi_calls,
-                     (unsigned long long)vm.me->blocking_calls, (unsigned long long)vm.me->ctx_switches, generations, off_why,
-                     reclaimed);
+                     (unsigned long long)vm.me->blocking_calls, (unsigned long long)vm.me->ctx_switches, yields, sleeps,
+                     claims, generations, off_why, reclaimed);
     static const char *names[] = {
 #define VM_FUNC_NAME(name) #name,
         VM_FUNCS(VM_FUNC_NAME)

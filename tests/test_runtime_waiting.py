@@ -1,0 +1,64 @@
+"""Two-phase waiting on local queues (vmsched/vmruntime/README.md, "Blocking"): a rank whose waits for a
+token are short yields its CPU first and sleeps in the kernel only after the window, and queue-mates
+that all yield take a free token when they can go on; a rank whose waits are long sleeps at once.
+Counted, not timed: the runtime's per-rank counters (VMRT_STATS), 4 ranks folded on one CPU."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO
+from vmsched.vmruntime.testing import Manager, compile_c_program, mpiexec, read_stats, vmrun_cmd
+
+
+@pytest.fixture(scope="module")
+def patterns(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return compile_c_program(REPO / "bench" / "patterns" / "patterns.c", tmp_path_factory.mktemp("patterns"))
+
+
+@pytest.fixture(scope="module")
+def manager() -> Iterator[Manager]:
+    with Manager(cpus="0") as m:
+        yield m
+
+
+def folded(manager: Manager, patterns: Path, tmp_path: Path, argv: list[str], **env: str) -> dict[str, float]:
+    """Run a pattern folded 4 on one CPU on local queues; per hand-off of a token, how many sleeps in the
+    kernel, free tokens taken and yields. The result must be the unfolded run's."""
+    stats = tmp_path / "stats.jsonl"
+    cmd = vmrun_cmd(manager.state_dir, 4, 4, [str(patterns), *argv], queue="local")
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300,
+                       env={**manager.env(), "VMRT_STATS": str(stats), **env})  # fmt: skip
+    assert r.returncode == 0, r.stderr[-2000:]
+    plain = subprocess.run([mpiexec(), "-n", "4", str(patterns), *argv], capture_output=True, text=True, timeout=300)
+    assert json.loads(r.stdout)["ok"] and json.loads(r.stdout)["checksum"] == json.loads(plain.stdout)["checksum"]
+    ranks = read_stats(stats)
+    assert len(ranks) == 4 and all(s["mode"] == "ctl" for s in ranks), ranks
+    handoffs = sum(s["ctx_switches"] for s in ranks)
+    assert handoffs > 0
+    return {k: sum(s[k] for s in ranks) / handoffs for k in ("sleeps", "claims", "yields")}
+
+
+@pytest.mark.parametrize(("pattern", "iters", "work"), [("alltoall", 2000, 1), ("random-pairs", 4000, 1),
+                                                        ("halo2d", 1500, 2)])  # fmt: skip
+def test_fine_grained_exchanges_hand_the_cpu_over_without_sleeping(manager, patterns, tmp_path, pattern, iters, work):
+    per = folded(manager, patterns, tmp_path, [pattern, str(iters), str(work)])
+    assert per["sleeps"] < 0.2, per  # measured 0.01-0.03
+    assert per["claims"] > 0.5, per  # measured 0.95-0.99: queue-mates take the free token
+
+
+def test_ranks_whose_waits_are_long_sleep_at_once(manager, patterns, tmp_path):
+    """Master-worker with uneven tasks: a rank waits while another computes a task of 13-120 us; one
+    that yielded meanwhile would take its share of the CPU from it (each rank is its own autogroup)."""
+    per = folded(manager, patterns, tmp_path, ["master-worker", "1500", "5"])
+    assert per["sleeps"] > 0.8 and per["yields"] < 0.5, per  # measured 0.99 and 0.09
+
+
+def test_without_a_yield_window_every_wait_sleeps(manager, patterns, tmp_path):
+    per = folded(manager, patterns, tmp_path, ["alltoall", "1000", "1"], VMRT_YIELD_WAIT_US="0")
+    assert per["sleeps"] > 0.95 and per["yields"] == 0 and per["claims"] < 0.05, per
