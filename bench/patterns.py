@@ -9,7 +9,9 @@ CPU runs beside a compute-bound job (2 ranks) that holds the other CPU, as on a 
 
 Ways, per program and shape, in one invocation:
 - vmsched: under a private CPU manager with vmrun - `default` (no options), each global-queue
-  heuristic (`progress`, `sender`, `unconsumed`, `affinity`, `rr`) and `local` queues;
+  heuristic (`progress`, `sender`, `unconsumed`, `affinity`, `rr`), `local` queues, and `sleep`: the
+  default with every wait asleep in the kernel at once (VMRT_YIELD_WAIT_US=0: the runtime before its
+  two-phase waiting, for comparison);
 - `mpich-yield`: plain mpiexec with MPICH's own yielding (MPIR_CVAR_POLLS_BEFORE_YIELD=1,
   MPIR_CVAR_ENABLE_HEAVY_YIELD=1), on the job's CPUs by taskset;
 - `taskset`: plain mpiexec on the job's CPUs, split by hand from the compute job (the reference);
@@ -58,7 +60,7 @@ from vmsched.vmruntime.testing import (  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 HEURISTICS = ("progress", "sender", "unconsumed", "affinity", "rr")
-VMSCHED_WAYS = ("default", *HEURISTICS, "local")
+VMSCHED_WAYS = ("default", *HEURISTICS, "local", "sleep")
 PLAIN_WAYS = ("mpich-yield", "taskset", "timesharing")
 SHAPES = ((2, 1), (4, 1), (4, 2), (8, 2))  # (ranks, CPUs)
 COMPUTE = selftest_cmd("send", "--variant", "50x1", "--iters", "1000000", "--work", "50")  # runs until stopped
@@ -147,8 +149,9 @@ def folded(m: Manager, prog: Program, nranks: int, cpus: int, way: str) -> Run:
         opts["queue"] = "local"
     elif way in HEURISTICS:
         opts = {"queue": "global", "heuristic": way}
+    env = {**m.env(), "VMRT_YIELD_WAIT_US": "0"} if way == "sleep" else m.env()
     try:
-        return run(vmrun_cmd(m.state_dir, nranks, nranks // cpus, prog.argv(), **opts), prog, m.env())
+        return run(vmrun_cmd(m.state_dir, nranks, nranks // cpus, prog.argv(), **opts), prog, env)
     finally:
         if comp:
             end_job(comp)
@@ -262,6 +265,9 @@ def report(rows: list[dict], plot: Path | None) -> int:
         "timesharing_vs_default_min": round(min(loses), 2) if loses else None,
         "bad_results": sum(len(r["bad"]) for r in rows),
     }
+    slept = [r["seconds"]["default"] / r["seconds"]["sleep"] for r in rows if "sleep" in r["seconds"]]
+    if slept:  # the two-phase wait against sleeping at once, per case
+        figures |= {"default_vs_sleep_best": round(min(slept), 3), "default_vs_sleep_worst": round(max(slept), 3)}
     if plot:
         draw(rows, rs, plot)
     print(json.dumps(figures))
