@@ -158,12 +158,14 @@ def folded(m: Manager, prog: Program, nranks: int, cpus: int, way: str) -> Run:
 
 
 def calibrate(m: Manager, prog: Program, nranks: int, cpus: int, min_s: float) -> Run:
-    """The folded run with default options, with the iteration count scaled until it lasts min_s."""
+    """The folded run with default options, with the iteration count scaled until it lasts min_s to
+    3 min_s (the count of the shape before is the first guess: down as well as up, or 8 ranks of a ring
+    on two CPUs ran 8 s a run)."""
     run = folded(m, prog, nranks, cpus, "default")
     for _ in range(3):
-        if prog.is_app or run.seconds >= min_s:
+        if prog.is_app or min_s <= run.seconds <= 3 * min_s:
             break
-        prog.iters = math.ceil(prog.iters * 1.25 * min_s / max(run.seconds, 0.01))
+        prog.iters = max(1, math.ceil(prog.iters * 1.25 * min_s / max(run.seconds, 0.01)))
         run = folded(m, prog, nranks, cpus, "default")
     return run
 
