@@ -13,18 +13,18 @@
  * lock of the node table.
  *
  * Blocking. A rank whose operation cannot complete hands its token on, sets its own wake word to
- * VM_WAKE_WAIT and state to WAITING (still under the lock), and waits in two phases. If its recent waits
- * were short (fine-grained exchanges), it first yields its CPU for up to VM_YIELD_WAIT_US, looking at its
- * wake word between yields; then it swaps the word to VM_WAKE_SLEEP and sleeps in FUTEX_WAIT(wake,
- * VM_WAKE_SLEEP). The giver of a token swaps the receiver's word to VM_WAKE_RUN and sends a FUTEX_WAKE
- * only if the old value was VM_WAKE_SLEEP: one atomic exchange each side, so a wake-up cannot be lost,
- * and a hand-off to a rank that yields costs no system call but the giver's own sched_yield (a futex
- * wake and wait cost 2.7 us here, a yield 1.1 us). On local queues a token whose queue-mates all yield
- * is left free, and the first of them that runs and may go on takes it (its awaited message has
- * arrived, or the counters cannot tell): the kernel runs the waiters in turn, so a directed hand-off
- * among them cost one to three wasted yields. The sleep has a timeout: a sleeping rank wakes every
- * VM_WAKE_MS to check the manager, its job and the holders of the tokens (a dead holder's token is
- * reclaimed).
+ * VM_WAKE_WAIT and state to WAITING (still under the lock), and waits in two phases. On a local queue,
+ * if its recent waits were short (fine-grained exchanges), it first yields its CPU (word VM_WAKE_YIELD)
+ * during the first VM_YIELD_WAIT_US of its MPI call, looking at its word between yields; then it swaps
+ * the word to VM_WAKE_SLEEP and sleeps in FUTEX_WAIT(wake, VM_WAKE_SLEEP). The giver of a token swaps
+ * the receiver's word to VM_WAKE_RUN and sends a FUTEX_WAKE only if the old value was VM_WAKE_SLEEP: one
+ * atomic swap each side, so a wake-up cannot be lost, and a hand-off to a rank that yields costs no
+ * system call but the giver's own sched_yield (bench/handoff.py: a yield 1.2 us, a futex wake and wait
+ * as the runtime sleeps 3.0 us). A token whose queue-mates all yield is left free, and the first of them
+ * that runs and may go on takes it (its awaited message has arrived, or the counters cannot tell): the
+ * kernel runs the waiters in turn, so a directed hand-off among them cost one to three wasted yields.
+ * The sleep has a timeout: a sleeping rank wakes every VM_WAKE_MS to check the manager, its job and the
+ * holders of the tokens (a dead holder's token is reclaimed).
  *
  * Generations. The CPU manager bumps job->generation when the partition or the queue type changes
  * and FUTEX_WAKEs the waiting ranks. The first rank that sees generation != rt_generation rebuilds
