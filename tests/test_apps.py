@@ -6,6 +6,7 @@ same checksum at every count. Bad arguments must fail fast with one clear messag
 
 from __future__ import annotations
 
+import glob
 import math
 import os
 import subprocess
@@ -23,7 +24,7 @@ from vmsched.apps.counterrng import block_index, uniform
 from vmsched.apps.exactsum import checksum_of, repro_sums
 from vmsched.apps.result import format_result, parse_result
 from vmsched.apps.variants import heavy_ranks, parse_variant
-from vmsched.vmruntime.shmclean import remove_leftovers, shm_segments
+from vmsched.vmruntime.shmclean import HYDRA_TOPOLOGY_PREFIX, job_files, remove_leftovers
 
 MPIEXEC = Path(sys.executable).parent / "mpiexec"
 REPO = Path(__file__).resolve().parents[1]
@@ -195,14 +196,16 @@ def test_an_exception_in_one_rank_aborts_the_job(tmp_path: Path) -> None:
             """
         )
     )
-    # MPI_Abort leaves MPICH's /dev/shm segment behind; like vmrun and the launcher, note what the
-    # job maps while it runs and remove the rest afterwards, so the test leaves nothing behind.
+    # MPI_Abort leaves MPICH's /dev/shm segment and hydra's topology file in /tmp behind; like vmrun and
+    # the launcher, note what the job maps and holds open while it runs and remove the rest afterwards,
+    # so the test leaves nothing behind.
+    topology_before = set(glob.glob(HYDRA_TOPOLOGY_PREFIX + "*"))
     job = subprocess.Popen([str(MPIEXEC), "-n", "2", sys.executable, str(script)], cwd=REPO, text=True,
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
     mapped: set[str] = set()
     deadline = time.monotonic() + 30
     while job.poll() is None and time.monotonic() < deadline:
-        mapped |= shm_segments(job.pid)
+        mapped |= job_files(job.pid)
         time.sleep(0.01)
     if job.poll() is None:
         job.kill()
@@ -212,6 +215,7 @@ def test_an_exception_in_one_rank_aborts_the_job(tmp_path: Path) -> None:
     assert "RuntimeError: boom" in stderr
     assert "VMAPP" not in stdout
     assert not [p for p in mapped if os.path.exists(p)]
+    assert set(glob.glob(HYDRA_TOPOLOGY_PREFIX + "*")) <= topology_before
 
 
 # --- registry -------------------------------------------------------------------------------------------

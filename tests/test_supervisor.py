@@ -219,3 +219,48 @@ def test_a_segment_orphaned_before_the_first_look_is_removed_and_no_other():
                      what="the holder to end")  # fmt: skip
         for path in (orphan, busy, old):
             path.unlink(missing_ok=True)
+
+
+# A job that holds hydra's topology file open, as MPICH's proxy does, and ends without removing it (a
+# job that calls MPI_Abort leaves it so); and a file of the same name below /tmp, which is not hydra's.
+TOPOLOGY_JOB = """
+import os, sys, time
+fds = [os.open(path, os.O_CREAT | os.O_RDWR, 0o600) for path in sys.argv[1:]]
+time.sleep(1.0)
+"""
+
+
+def test_hydras_topology_file_left_by_an_aborted_job_is_removed_and_no_file_below_tmp(tmp_path):
+    from vmsched.vmruntime.supervisor import supervise
+
+    topology = Path(f"/tmp/hydra_hwloc_xmlfile_vmsup{os.getpid()}")
+    nested = tmp_path / topology.name
+    try:
+        o = supervise(lambda: subprocess.Popen([sys.executable, "-c", TOPOLOGY_JOB, str(topology), str(nested)]),
+                      5.0)  # fmt: skip
+        assert o.exit_code == 0
+        assert o.removed_shm == [str(topology)] and not topology.exists()
+        assert nested.exists() and str(nested) not in o.noted_shm
+    finally:
+        topology.unlink(missing_ok=True)
+
+
+def test_remove_owned_removes_only_files_of_the_user_directly_in_its_directories(tmp_path):
+    from vmsched.vmruntime.shmclean import remove_owned
+
+    below_tmp = tmp_path / "hydra_hwloc_xmlfile_x"  # the name, but not directly in /tmp
+    below_tmp.write_text("x")
+    other_tmp = Path(f"/tmp/vmsup-not-hydra-{os.getpid()}")  # directly in /tmp, but not hydra's name
+    other_tmp.write_text("x")
+    seg = Path(f"/dev/shm/vmsup-owned-{os.getpid()}")
+    seg.write_bytes(b"\0")
+    me = os.geteuid()
+    try:
+        assert not remove_owned(str(below_tmp), me) and below_tmp.exists()
+        assert not remove_owned(str(other_tmp), me) and other_tmp.exists()
+        assert not remove_owned(f"/dev/shm/../dev/shm/{seg.name}", me) and seg.exists()  # not directly
+        assert not remove_owned(str(seg), me + 1) and seg.exists()  # another user's
+        assert remove_owned(str(seg), me) and not seg.exists()
+    finally:
+        other_tmp.unlink(missing_ok=True)
+        seg.unlink(missing_ok=True)

@@ -1,7 +1,10 @@
 """MPICH's intranode segments (/dev/shm/mpich_shm_*) are removed at MPI_Finalize; a job whose ranks
 were killed leaves them behind. Whoever starts a job notes what its processes map while it runs and
 removes what is left once they are all gone (the same rule as vmsched.launcher.shim); a segment made
-and orphaned between two looks (ranks killed inside MPI_Init) is found at the end by `orphaned`."""
+and orphaned between two looks (ranks killed inside MPI_Init) is found at the end by `orphaned`.
+So is hydra's topology file (/tmp/hydra_hwloc_xmlfile_*): mpiexec writes it for its proxies, a proxy
+holds it open and removes it when the job ends normally, and a job that calls MPI_Abort or is killed
+leaves it in /tmp (one per aborted job; the suite's abort tests left two per run)."""
 
 from __future__ import annotations
 
@@ -35,6 +38,37 @@ def _read_maps(pid: int, prefix: str) -> set[str] | None:
     except OSError:
         return None
     return found
+
+
+# Where a job's leftovers may be removed: directly in these directories (never below them, so that no
+# path a job's user can write leads elsewhere), with this name prefix.
+REMOVABLE = {"/dev/shm": "", "/tmp": "hydra_hwloc_xmlfile_"}
+HYDRA_TOPOLOGY_PREFIX = "/tmp/" + REMOVABLE["/tmp"]
+
+
+def topology_files(pid: int) -> set[str]:
+    """hydra's topology files that `pid` holds open (/proc/<pid>/fd)."""
+    found = set()
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return found  # gone, or not ours to read
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+            if target.startswith(HYDRA_TOPOLOGY_PREFIX) and "/" not in target[len(HYDRA_TOPOLOGY_PREFIX) :]:
+                found.add(target.removesuffix(" (deleted)"))
+    return found
+
+
+def job_files(pid: int) -> set[str]:
+    """What `pid` and its descendants may leave behind if killed: the shared-memory segments they map
+    and hydra's topology files they hold open (cheap enough to call a few times a second)."""
+    try:
+        pids = [pid, *(c.pid for c in psutil.Process(pid).children(recursive=True))]
+    except psutil.Error:
+        return set()
+    return set().union(*(mapped_segments(p) | topology_files(p) for p in pids))
 
 
 def shm_segments(pid: int) -> set[str]:
@@ -127,15 +161,28 @@ def _drop_mapped(pid: int, left: set[str]) -> bool:
 
 
 def remove_owned(path: str, uid: int) -> bool:
-    """Unlink `path` if it is a regular file owned by `uid` (the root CPU manager removes only what
-    belongs to the job's user, whatever a rank has mapped)."""
+    """Unlink `path` if it is a regular file owned by `uid` directly in one of the REMOVABLE directories
+    (root daemons remove only what belongs to the job's user, whatever a rank has mapped or a watcher
+    reported). Looked up and unlinked relative to the directory itself: a path through a directory of
+    the user's, swapped for a link between the check and the unlink, cannot make root unlink a file of
+    the same name elsewhere."""
+    folder, name = os.path.split(path)
+    prefix = REMOVABLE.get(folder)
+    if prefix is None or not name.startswith(prefix) or name in ("", ".", ".."):
+        return False
     try:
-        st = os.lstat(path)
+        dfd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError:
+        return False
+    try:
+        st = os.lstat(name, dir_fd=dfd)
         if stat.S_ISREG(st.st_mode) and st.st_uid == uid:
-            os.unlink(path)
+            os.unlink(name, dir_fd=dfd)
             return True
     except OSError:
         pass
+    finally:
+        os.close(dfd)
     return False
 
 

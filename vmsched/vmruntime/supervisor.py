@@ -1,6 +1,7 @@
 """One job supervisor for `vmrun` and the launcher's shim: start the job's top process (mpiexec), forward
 signals to it, kill what has not ended one grace time ([jobs] kill_grace_s) after a terminating signal,
-note the shared-memory segments the job maps and remove what is left of them at the end, and map the exit
+note the shared-memory segments the job maps (and hydra's topology file its proxies hold open) and remove
+what is left of them at the end, and map the exit
 status (a signal death reads as 128 + signal number, as in a shell).
 
 It lives at level 3 because `vmrun` (level 3) must work without the launcher; the shim (level 1) imports
@@ -25,7 +26,7 @@ from types import FrameType
 
 import psutil
 
-from vmsched.vmruntime.shmclean import orphaned, remove_owned, shm_segments
+from vmsched.vmruntime.shmclean import job_files, orphaned, remove_owned
 
 HYDRA_EXIT_S = 2.0  # after its ranks are killed, hydra exits by itself within this
 # How often the job's /dev/shm mappings are noted: often at first (a job may be killed within a second of its
@@ -163,7 +164,7 @@ class SegmentNotes:
 
     def poll(self) -> None:
         if self.watcher is None:
-            self.found |= shm_segments(self.root_pid)
+            self.found |= job_files(self.root_pid)
             return
         with contextlib.suppress(BlockingIOError):
             while chunk := os.read(self.pipe, 65536):
@@ -194,7 +195,7 @@ def _watch(root_pid: int, out: int) -> None:
                 return
         except psutil.Error:
             return
-        new = shm_segments(root_pid) - seen
+        new = job_files(root_pid) - seen
         if new:
             os.write(out, "".join(f"{p}\n" for p in sorted(new)).encode())
             seen |= new

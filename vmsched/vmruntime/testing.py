@@ -18,7 +18,7 @@ import psutil
 from vmsched.config import Config, load_config
 from vmsched.cpumanager.client import CpuManagerClient
 from vmsched.protocol import DaemonUnavailable
-from vmsched.vmruntime.shmclean import orphaned, remove_leftovers, shm_segments
+from vmsched.vmruntime.shmclean import job_files, orphaned, remove_leftovers
 
 PY = sys.executable
 
@@ -212,7 +212,7 @@ def end_job(proc: subprocess.Popen, sig: int = signal.SIGTERM) -> None:
     """End a job started with mpiexec/vmrun (and everything below it), reap it, and remove the
     /dev/shm segments its killed ranks leave behind."""
     kids = descendants(proc.pid)
-    mapped = shm_segments(proc.pid)
+    mapped = job_files(proc.pid)
     try:
         since = psutil.Process(proc.pid).create_time()
     except psutil.Error:
