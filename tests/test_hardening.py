@@ -24,7 +24,7 @@ from tests.test_systemd import UNITS, exec_start, run_cli, unit, unit_config
 from vmsched.config import load_config
 from vmsched.cpumanager.client import CpuManagerClient
 from vmsched.protocol import Client
-from vmsched.vmruntime.shmclean import reported_segment
+from vmsched.vmruntime.shmclean import HYDRA_TOPOLOGY_PREFIX, job_files, remove_leftovers, reported_segment
 from vmsched.vmruntime.testing import compile_c_program, mpiexec
 
 RING = Path(__file__).parent / "c" / "ring.c"
@@ -175,6 +175,7 @@ def test_a_killed_step_of_another_user_leaves_no_mpich_segment_under_the_cpu_man
     manager = subprocess.Popen(sandboxed("vm-cpumanager.service", config), env=env, stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL)  # fmt: skip
     ranks: subprocess.Popen | None = None
+    topology: set[str] = set()  # hydra's file: mpiexec stands in for srun here, and is killed with the step
     try:
         wait_for(lambda: run_cli(env, world_dir, "vmcpu", "--json").returncode == 0, timeout=30, what="manager up")
         assert not effective_caps(manager.pid) & (1 << 19), "CAP_SYS_PTRACE is not granted"
@@ -194,6 +195,7 @@ def test_a_killed_step_of_another_user_leaves_no_mpich_segment_under_the_cpu_man
 
         j = wait_for(registered, timeout=60, what="nobody's 4 ranks registered")
         pids = [r["pid"] for r in j["ranks"]]
+        topology = {p for p in job_files(ranks.pid) if p.startswith(HYDRA_TOPOLOGY_PREFIX)}
         new = mpich_segments() - mpich_before
         assert len(new) == 1, new
         os.killpg(ranks.pid, signal.SIGKILL)  # scancel: Slurm kills the step's tasks
@@ -210,6 +212,7 @@ def test_a_killed_step_of_another_user_leaves_no_mpich_segment_under_the_cpu_man
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(ranks.pid, signal.SIGKILL)
             ranks.wait(timeout=15)
+        remove_leftovers(topology)
         if manager.poll() is None:
             manager.terminate()
             manager.wait(timeout=15)
