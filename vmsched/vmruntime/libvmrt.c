@@ -622,11 +622,7 @@ static void yield_wait(void) {
             if (vm.me->has_token) return;
         }
     } while (now_ns() < until);
-    /* YIELD -> SLEEP, then look under the lock: a giver that saw YIELD may have left its token free for
-     * us, and nobody else may be awake to take it. (A failed swap: the token came meanwhile.) */
-    w = VM_WAKE_YIELD;
-    if (__atomic_compare_exchange_n(&vm.me->wake, &w, VM_WAKE_SLEEP, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
-        look_around(0);
+    /* The window has ended with our word still YIELD: block() swaps it to SLEEP and looks around. */
 }
 
 /* Wait until our wake word says we hold a token (or control ends): yielding first, then asleep. */
@@ -637,12 +633,14 @@ static void block(void) {
     for (;;) {
         uint32_t w = __atomic_load_n(&vm.me->wake, __ATOMIC_ACQUIRE);
         if (w == VM_WAKE_RUN) break;
-        /* -> SLEEP, so that a giver knows to wake us; a failed swap means the token came meanwhile. */
+        /* -> SLEEP, so that a giver knows to wake us; a failed swap means the token came meanwhile.
+         * Coming from YIELD, look under the lock once: a giver that saw YIELD may have left its token
+         * free for us, and nobody else may be awake to take it. */
         if (w != VM_WAKE_SLEEP) {
             uint32_t was = w;
             if (__atomic_compare_exchange_n(&vm.me->wake, &w, VM_WAKE_SLEEP, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE) &&
                 was == VM_WAKE_YIELD)
-                look_around(0); /* as at the end of yield_wait */
+                look_around(0);
             continue;
         }
         sleeps++;

@@ -61,24 +61,24 @@ def topology_files(pid: int) -> set[str]:
     return found
 
 
+def _tree(pid: int) -> list[int]:
+    """`pid` and its descendants; none if it is gone."""
+    try:
+        return [pid, *(c.pid for c in psutil.Process(pid).children(recursive=True))]
+    except psutil.Error:
+        return []
+
+
 def job_files(pid: int) -> set[str]:
     """What `pid` and its descendants may leave behind if killed: the shared-memory segments they map
     and hydra's topology files they hold open (cheap enough to call a few times a second)."""
-    try:
-        pids = [pid, *(c.pid for c in psutil.Process(pid).children(recursive=True))]
-    except psutil.Error:
-        return set()
-    return set().union(*(mapped_segments(p) | topology_files(p) for p in pids))
+    return set().union(*(mapped_segments(p) | topology_files(p) for p in _tree(pid)))
 
 
 def shm_segments(pid: int) -> set[str]:
     """POSIX shared-memory files mapped by `pid` and its descendants, never vmsched's own table
     (cheap enough to call a few times a second)."""
-    try:
-        pids = [pid, *(c.pid for c in psutil.Process(pid).children(recursive=True))]
-    except psutil.Error:
-        return set()
-    return set().union(*(mapped_segments(p) for p in pids))
+    return set().union(*(mapped_segments(p) for p in _tree(pid)))
 
 
 # A segment younger than this may be one that another job of the same user has just made and not yet
