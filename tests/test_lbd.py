@@ -154,7 +154,7 @@ def test_a_global_job_whose_windows_stay_in_the_band_is_tried_on_local_queues(lo
     seq = decisions(states)[1:]  # [0]: the start state's own decision
     closed = sum(1 for prev, s in zip(states, states[1:], strict=False) if s.ip != prev.ip and s.phase == LBD_DECIDED)
     assert seq and seq[0][1] and closed >= P.band_windows  # tried once the band windows closed, not before
-    assert states[seq[0][0]].ip == pytest.approx(0.085)
+    assert states[seq[0][0]].ip == pytest.approx(0.085) and states[seq[0][0]].band
     assert states[-1].queue_local == kept
     if not kept:
         assert [local for _, local in seq] == [True, False] and states[-1].hold_global

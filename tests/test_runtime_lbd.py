@@ -83,9 +83,11 @@ def test_lbd_decides_again_when_the_imbalance_ends(manager: Manager) -> None:
     # Imbalanced at first: a reverse trial on local queues, which they fail.
     assert decisions[0][1] >= 0.10 and decisions[0][2] == "reverse_trial", decisions
     assert decisions[1][:1] == ("global",) and decisions[1][2] == "local_slower", decisions
-    moved = [ip for q, ip, _ in decisions[2:] if q == "local"]
+    moved = [(ip, why) for q, ip, why in decisions[2:] if q == "local"]
     # Decided again: on a window below the band, or after band_windows in it (then by a local trial).
-    assert moved and moved[0] < 0.10, decisions
+    assert moved, decisions
+    ip, why = moved[0]
+    assert ip < 0.10 - 0.03 or (why == "band_trial" and ip < 0.10), decisions
     # The status view showed it. (A local trial that measures local queues slower may send it back.)
     assert "local" in {j["queue"] for j in seen if j["lbd"] == "decided"}
 

@@ -137,6 +137,7 @@ class LbdState:
     base_user: tuple[float, ...] = ()  # CPU times at the start of the open window
     short_phases: bool = False  # the last window closed on its count of calls: sample as often as at first
     reverse: bool = False  # the running local trial is of a job the first window found imbalanced
+    band: bool = False  # the running local trial is of a global job whose re-check windows stayed in the band
     quanta_stable: int = 0  # quanta since the window opened
     ip: float | None = None  # IP of the last closed window
     local: bool | None = None  # the decision, once phase is LBD_DECIDED (while re-measuring: the last one)
@@ -220,7 +221,7 @@ def _decide(state: LbdState, ip: float | None, local: bool, times: tuple[float, 
     return replace(state, phase=LBD_DECIDED, ip=ip, local=local, base_user=times, base_calls=calls, quanta_stable=0,
                    against=0, below=0, decisions=state.decisions + 1, since_decision=0, rate_global=rate,
                    rate_local=None, trial_quanta=1 if trial else 0, trial_base=calls or 0.0, trial_len=quanta,
-                   hold_global=False)  # fmt: skip
+                   hold_global=False, band=False)  # fmt: skip
 
 
 def _trial_due(state: LbdState, params: LbdParams) -> bool:
@@ -259,7 +260,7 @@ def _trial(state: LbdState, calls: float, times: Sequence[float] | None, since: 
         # local decision failed its trial is held there (its re-checks would take it straight back).
         return replace(back, rate_global=state.rate_global, rate_local=rate, hold_global=not state.reverse,
                        reverse=False)  # fmt: skip
-    return replace(state, trial_quanta=0, rate_local=rate, since_decision=since, reverse=False)
+    return replace(state, trial_quanta=0, rate_local=rate, since_decision=since, reverse=False, band=False)
 
 
 def lbd_step(
@@ -326,6 +327,6 @@ def lbd_step(
     if below >= params.band_windows:  # never clearly balanced, never imbalanced: let a trial settle it
         decided = _decide(state, ip, True, times, calls, sum(used), quanta)
         if decided.trial_quanta:
-            return decided
+            return replace(decided, band=True)
     return replace(state, ip=ip, base_user=times, base_calls=calls, quanta_stable=0, against=against, below=below,
                    since_decision=since)  # fmt: skip

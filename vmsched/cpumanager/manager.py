@@ -493,7 +493,7 @@ class CpuManager:
             event(log, "lbd_decision", job=j.job_id, cvcs=round(new.cvcs or 0, 4), ip=round(new.ip or 0, 4),
                   queue="local" if new.local else "global", decision=new.decisions,
                   why="local_slower" if not new.local and new.rate_local is not None
-                  else "reverse_trial" if new.reverse else "idleness",
+                  else "reverse_trial" if new.reverse else "band_trial" if new.band else "idleness",
                   calls_per_cpu_s_global=round(new.rate_global or 0, 1),
                   calls_per_cpu_s_local=round(new.rate_local or 0, 1))  # fmt: skip
         elif new.rate_local is not None and new.rate_local != state.rate_local:
