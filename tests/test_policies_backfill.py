@@ -301,6 +301,9 @@ def _preferred(job: QueuedJob, policy: str, ncpus: int) -> tuple[int, float]:
     if policy == "asp-max":
         cap = math.floor(0.6 * ncpus + 1e-9)
         n = next((p for p in job.procs if p <= cap), job.procs[-1])
+        if n > ncpus:  # larger than the machine: folded just enough to fit, as fcfs (start_rules.AspMax)
+            fold = math.ceil(n / ncpus)
+            return (math.ceil(n / fold) if fold <= cfg("fcfs").max_mpl_limit else n), job.estimate * job.procs[0] / n
         return n, job.estimate * job.procs[0] / n
     if policy == "moldable":
         offers = percentage_offers(job.procs, (1.0, 0.8, 0.7, 0.6, 0.5, 0.4))

@@ -77,6 +77,9 @@ class CpuManagerConfig:
     lbd_window_cpu_ms: float = 200.0  # ... and as soon as the ranks' mean CPU time in it reaches this
     lbd_remeasure_quanta: int = 1000  # a job decided local re-measures on the global queue this often
     default_queue: str = "lbd"  # lbd | local | global
+    # Each job's ranks in a CPU cgroup of their own where the kernel would schedule each as its own
+    # autogroup (vmsched/cpumanager/cpugroups.py); needs root and the cgroup cpu controller.
+    job_cpu_groups: bool = True
 
 
 @dataclass(frozen=True)

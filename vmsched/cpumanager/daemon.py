@@ -111,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
             os.chmod(cfg.cpumanager_socket, 0o600)
             event(log, "ready", cpus=format_cpu_list(cpus), reserved=reserved, quantum_ms=cfg.cpumanager.quantum_ms,
                   shm=cfg.shm_name, socket=cfg.cpumanager_socket, recovered=recovered,
-                  metrics=metrics and metrics.address)  # fmt: skip
+                  metrics=metrics and metrics.address, cpu_groups=mgr.groups.describe())  # fmt: skip
             # The socket is bound (requests queue until the loop serves them) and the table is there.
             notifier.ready(("recovered the table; " if recovered else "") + status_line(mgr))
             serve_forever(sock, mgr.handlers(), tick, log, notifier, lambda: status_line(mgr))

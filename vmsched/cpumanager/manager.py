@@ -18,6 +18,7 @@ from vmsched import faults
 from vmsched.config import Config
 from vmsched.cpumanager import processes as proc
 from vmsched.cpumanager import shm_layout as L
+from vmsched.cpumanager.cpugroups import CpuGroups
 from vmsched.cpumanager.lbd import LbdParams, LbdState, lbd_step
 from vmsched.cpumanager.partition import AdmissionError, JobShape, minimum_partition, plan_partitions, rank_cpus
 from vmsched.cpumanager.table import (
@@ -104,6 +105,9 @@ class CpuManager:
         # of the manager, after which such a job ends with its leader as any other.
         self.one_shot: set[int] = set()
         self.exits = ExitWatcher()
+        # A CPU cgroup per job (see cpugroups.py): the jobs of a recovered table keep theirs.
+        self.groups = CpuGroups.detect(cfg.instance, cfg.cpumanager.job_cpu_groups)
+        self.groups.start({j.job_id for j in table.jobs()} if recovered else set())
         self.quanta = 0
         self.repartitions = 0  # partition changes, one per job per change (a metric)
         self.handoffs_retired = 0  # token hand-offs of ranks whose slots were freed (a metric)
@@ -372,6 +376,7 @@ class CpuManager:
                 "heuristic": L.HEURISTIC_NAMES.get(j.heuristic, "?"), "lbd": L.LBD_NAMES.get(j.lbd_phase, "?"),
                 "cvcs": round(j.cvcs, 4), "ip": round(j.ip, 4), "uid": j.uid,
                 "suspended": j.suspended, "registered": len(ranks), "leader_pid": j.leader_pid,
+                "cpu_group": j.cpu_group,
                 "generation": j.generation, "changed_quantum": self.changed_at.get(j.job_id, 0),
                 "ranks": [{"rank": t.rank, "pid": t.pid,
                            "state": L.RANK_STATE_NAMES.get(int(e["state"]), "?") if e is not None else "?",
@@ -383,7 +388,7 @@ class CpuManager:
         return {
             "pid": h.manager_pid, "cpus": list(self.cpus), "quantum_ms": h.quantum_us / 1000,
             "quanta": h.heartbeat, "queue_waiting": bool(h.queue_waiting), "shm": self.table.shm_name,
-            "jobs": jobs,
+            "cpu_groups": self.groups.describe(), "jobs": jobs,
         }  # fmt: skip
 
     # -- per-quantum reconcile -------------------------------------------------------------------
@@ -587,6 +592,9 @@ class CpuManager:
         if j.suspended and self.exits.send_signal(_wkey(key), signal.SIGSTOP):
             self.ranks[key].stopped = True  # a rank that appears in a suspended job stops too
         self._pin(key, j)
+        if pidfd_alive(self.ranks[key].pidfd) and self.groups.place(j.job_id, pid) and not j.cpu_group:
+            with self.table.locked():  # its runtime may now yield-wait without the short-wait rule
+                self.table.set_cpu_group(j.slot, True)
 
     def _untrack(self, key: RankKey) -> None:
         t = self.ranks.pop(key, None)
@@ -642,6 +650,7 @@ class CpuManager:
             seg.close()
         for path in sorted(self.mpi_segs.pop(j.job_id, ())):
             remove_owned(path, j.uid)
+        self.groups.remove(j.job_id)
         for d in (self.snaps, self.tracked, self.rejected, self.verified, self.refusals, self.lbd, self.pinned_gen):
             d.pop(j.job_id, None)
         self.one_shot.discard(j.job_id)
@@ -687,6 +696,7 @@ class CpuManager:
             seg.unlink()
             seg.close()
         self.segs.clear()
+        self.groups.close()
         self.exits.close()
 
 

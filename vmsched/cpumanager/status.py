@@ -22,6 +22,8 @@ def render(st: dict[str, Any], console: Console) -> None:
         f"wait queue {'non-empty' if st['queue_waiting'] else 'empty'}  shm {st['shm']}"
     )
     console.print("CPUs: " + "  ".join(f"{c}:{owner.get(c, '-')}" for c in st["cpus"]))
+    if "cpu_groups" in st:  # a manager from before job CPU groups does not say
+        console.print(f"job CPU groups: {st['cpu_groups']}")
     t = Table("job", "ranks", "max MPL", "MPL", "CPUs", "queue", "LBD", "CVCS", "IP %", "registered", "state")
     for j in st["jobs"]:
         t.add_row(

@@ -17,6 +17,7 @@ import psutil
 
 from vmsched.config import Config, load_config
 from vmsched.cpumanager.client import CpuManagerClient
+from vmsched.cpumanager.cpugroups import CpuGroups
 from vmsched.protocol import DaemonUnavailable
 from vmsched.vmruntime.shmclean import job_files, orphaned, remove_leftovers
 
@@ -96,11 +97,14 @@ class Manager:
                 self.proc.wait()
                 hung = True
         left = shm_entries(self.cfg)
+        base = CpuGroups.detect(self.cfg.instance).base
+        if base is not None and base.exists():  # its jobs' CPU groups (cpugroups.py)
+            left.append(str(base))
         self.unlink_leftovers()
         if hung:
             raise DaemonLeak(f"vm-cpumanager did not stop on signal {sig} within {timeout} s")
         if left and not self.killed and sig == signal.SIGTERM:
-            raise DaemonLeak(f"vm-cpumanager stopped but left {sorted(left)} in /dev/shm")
+            raise DaemonLeak(f"vm-cpumanager stopped but left {sorted(left)} behind")
         return self.proc.returncode
 
     def kill(self, sig: int = signal.SIGKILL) -> None:
@@ -115,6 +119,7 @@ class Manager:
         from vmsched.cpumanager.table import remove_table
 
         remove_table(self.cfg.shm_name, self.cfg.lock_name)
+        CpuGroups.detect(self.cfg.instance).close()  # its jobs' CPU groups (cpugroups.py)
 
     def env(self) -> dict[str, str]:
         env = dict(os.environ if self.base_env is None else self.base_env)
