@@ -177,6 +177,15 @@ def coll(comm: MPI.Comm, args: argparse.Namespace) -> dict[str, object]:
         buf = np.array([r], dtype=np.int64)
         comm.Sendrecv_replace(buf, dest=right, source=left)
         check(buf[0] == left)
+        # Sendrecv from any source (the runtime completes it as an Irecv and an Isend): status and data
+        got = np.zeros(3, dtype=np.int64)
+        st = MPI.Status()
+        comm.Sendrecv(np.array([r, it, 7], dtype=np.int64), dest=right, sendtag=4000 + it, recvbuf=got,
+                      source=MPI.ANY_SOURCE, recvtag=MPI.ANY_TAG, status=st)  # fmt: skip
+        check(list(got) == [left, it, 7] and st.Get_source() == left and st.Get_tag() == 4000 + it)
+        check(st.Get_count(MPI.INT64_T) == 3)
+        comm.Sendrecv(buf, dest=MPI.PROC_NULL, recvbuf=got, source=MPI.PROC_NULL, status=st)
+        check(st.Get_source() == MPI.PROC_NULL and list(got) == [left, it, 7])
         req = comm.irecv(source=left, tag=2000 + it)
         comm.isend(r * 10, dest=right, tag=2000 + it).wait()
         check(req.wait() == left * 10)
