@@ -95,6 +95,7 @@ def test_the_ranks_of_a_job_share_its_cpu_group_which_goes_with_the_job(node: Cp
     job = start_job(node, 31)
     try:
         grouped_ranks(node, job, 31)
+        assert [j["cpu_group"] for j in node.status()["jobs"]] == [True]
         assert (g.base / "job-31").is_dir()
         # Only the ranks: vmrun, mpiexec and hydra's proxy stay where they were.
         assert group(job.pid) == "/" and group(os.getpid()) == "/"
@@ -176,6 +177,7 @@ def test_groups_can_be_switched_off(tmp_path: Path) -> None:
             wait_for(lambda: len(rank_pids(job.pid)) == 4 and verified(cm, 35, 4), timeout=30, what="4 ranks")
             time.sleep(0.2)
             assert {group(p) for p in rank_pids(job.pid)} == {"/"}
+            assert [j["cpu_group"] for j in cm.status()["jobs"]] == [False]
         finally:
             end_job(job)
     finally:

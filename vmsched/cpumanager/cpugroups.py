@@ -135,6 +135,10 @@ class CpuGroups:
         assert self.hierarchy is not None
         return f"cgroup v{self.hierarchy.version} {self.base}"
 
+    def has(self, job_id: int) -> bool:
+        """Whether the job has a group (its ranks, or some of them, were moved into it)."""
+        return self.base is not None and self._dir(job_id).is_dir()
+
     def _dir(self, job_id: int) -> Path:
         assert self.base is not None
         return self.base / job_group_name(job_id)

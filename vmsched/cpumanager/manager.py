@@ -376,7 +376,7 @@ class CpuManager:
                 "heuristic": L.HEURISTIC_NAMES.get(j.heuristic, "?"), "lbd": L.LBD_NAMES.get(j.lbd_phase, "?"),
                 "cvcs": round(j.cvcs, 4), "ip": round(j.ip, 4), "uid": j.uid,
                 "suspended": j.suspended, "registered": len(ranks), "leader_pid": j.leader_pid,
-                "cpu_group": j.cpu_group,
+                "cpu_group": self.groups.has(j.job_id),
                 "generation": j.generation, "changed_quantum": self.changed_at.get(j.job_id, 0),
                 "ranks": [{"rank": t.rank, "pid": t.pid,
                            "state": L.RANK_STATE_NAMES.get(int(e["state"]), "?") if e is not None else "?",
@@ -592,9 +592,8 @@ class CpuManager:
         if j.suspended and self.exits.send_signal(_wkey(key), signal.SIGSTOP):
             self.ranks[key].stopped = True  # a rank that appears in a suspended job stops too
         self._pin(key, j)
-        if pidfd_alive(self.ranks[key].pidfd) and self.groups.place(j.job_id, pid) and not j.cpu_group:
-            with self.table.locked():  # its runtime may now yield-wait without the short-wait rule
-                self.table.set_cpu_group(j.slot, True)
+        if pidfd_alive(self.ranks[key].pidfd):  # still the verified process
+            self.groups.place(j.job_id, pid)
 
     def _untrack(self, key: RankKey) -> None:
         t = self.ranks.pop(key, None)

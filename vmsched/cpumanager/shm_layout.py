@@ -21,7 +21,7 @@ import ctypes as C
 
 MAGIC = 0x564D53434845444D  # "VMSCHEDM"
 JOB_MAGIC = 0x564D534A4F425254  # "VMSJOBRT"
-VERSION = 5
+VERSION = 6
 
 MAX_CPUS = 256  # CPUs in the CPU table (and in one partition)
 MAX_JOBS = 256
@@ -35,9 +35,8 @@ MPICH_SHM_PREFIX = "/dev/shm/mpich_shm_"  # MPICH's intranode segments (removed 
 # (only then does a giver need a FUTEX_WAKE) / waits yielding its CPU (a local queue whose waiting ranks
 # all do leaves a token free for them to take; see vmsched/vmruntime/README.md)
 WAKE_WAIT, WAKE_RUN, WAKE_SLEEP, WAKE_YIELD = 0, 1, 2, 3
-# Two-phase waiting: a rank whose waits have been short (average below YIELD_WAIT_MAX_AVG_US; below
-# YIELD_WAIT_US in a job whose ranks share a CPU group, job.cpu_group) first waits by yielding its CPU for
-# up to YIELD_WAIT_US, then sleeps in the kernel.
+# Two-phase waiting: a rank whose waits have been short (average below YIELD_WAIT_MAX_AVG_US) first
+# waits by yielding its CPU for up to YIELD_WAIT_US, then sleeps in the kernel.
 YIELD_WAIT_US = 100
 YIELD_WAIT_MAX_AVG_US = 30
 LOCK_TIMEOUT_S = 1  # a lock held longer than this is taken to be stale (its holder died)
@@ -113,9 +112,6 @@ class JobEntry(C.Structure):
         ("suspended", C.c_uint32),
         ("lbd_phase", C.c_uint32),
         ("uid", C.c_uint32),  # the job's user: owner of its job segment and of its ranks
-        # 1: the manager has put the job's ranks into a CPU cgroup of their own (cpumanager/cpugroups.py),
-        # so a rank that yields gives its CPU to a sibling that computes (the runtime yield-waits longer)
-        ("cpu_group", C.c_uint32),
         ("admit_time", C.c_double),  # CLOCK_REALTIME seconds
         ("cvcs", C.c_double),
         ("ip", C.c_double),

@@ -57,7 +57,6 @@ class JobView:
     suspended: bool
     lbd_phase: int
     uid: int
-    cpu_group: bool
     rt_name: str
     admit_time: float
     cvcs: float
@@ -82,8 +81,7 @@ def _job_view(slot: int, j: L.JobEntry) -> JobView:
         slot=slot, job_id=j.job_id, state=j.state, nranks=j.nranks, max_mpl=j.max_mpl, mpl=j.mpl,
         queue=j.queue, heuristic=j.heuristic, spin_us=j.spin_us, generation=j.generation,
         cpus=tuple(j.cpus[: j.ncpus]), leader_pid=j.leader_pid, registered=j.registered,
-        suspended=bool(j.suspended), lbd_phase=j.lbd_phase, uid=j.uid,
-        cpu_group=bool(j.cpu_group), rt_name=j.rt_name.decode(errors="replace"),
+        suspended=bool(j.suspended), lbd_phase=j.lbd_phase, uid=j.uid, rt_name=j.rt_name.decode(errors="replace"),
         admit_time=j.admit_time, cvcs=j.cvcs, ip=j.ip,
     )  # fmt: skip
 
@@ -293,10 +291,6 @@ class SharedTable:
     def set_registered(self, slot: int, n: int) -> None:
         self._check_held()
         self.seg.jobs[slot].registered = n
-
-    def set_cpu_group(self, slot: int, on: bool) -> None:
-        self._check_held()
-        self.seg.jobs[slot].cpu_group = int(on)
 
     def set_lbd(self, slot: int, phase: int, cvcs: float, ip: float | None = None) -> None:
         self._check_held()

@@ -603,12 +603,11 @@ static void yield_wait(void) {
         const char *a = getenv("VMRT_YIELD_WAIT_MAX_AVG_US");
         yield_wait_max_avg_ns = a && *a ? atof(a) * 1000.0 : -1;
     }
-    /* Only ranks whose waits have been short: under 30 us in autogroups, where a rank that yields keeps
-     * its share against a sibling that computes (master-worker with uneven tasks, every wait yielding:
-     * 1.47x as long); under the window itself when the job's ranks share a CPU group, where it gives
-     * the CPU to that sibling (+0-4 %) - a rank whose waits outlast the window sleeps at once. */
-    double bound = yield_wait_max_avg_ns >= 0 ? yield_wait_max_avg_ns
-                   : vm.job->cpu_group ? yield_wait_us * 1000.0 : VM_YIELD_WAIT_MAX_AVG_US * 1000.0;
+    /* Only ranks whose waits have been short. In autogroups a rank that yields keeps its share against
+     * a sibling that computes (master-worker with uneven tasks, every wait yielding: 1.47x as long); in
+     * a job's CPU group it does not (+0-4 %), but a longer bound there (the 100-us window) made queue-mates
+     * waiting for the other CPU yield to each other: a ring of 4 on 2 CPUs 0.47 -> 0.66 s. */
+    double bound = yield_wait_max_avg_ns >= 0 ? yield_wait_max_avg_ns : VM_YIELD_WAIT_MAX_AVG_US * 1000.0;
     if (yield_wait_us <= 0 || avg_wait_ns >= bound) return;
     /* Local queues only: on the global queue a rank's CPU time must stay its work (the LBD reads idleness
      * from it there), and one that yields takes CPU from the rank computing beside it (a balanced
