@@ -1,7 +1,7 @@
 """Job CPU groups: the same folded jobs with and without a CPU cgroup per job, against the taskset split.
 
-Two CPU managers run side by side on the same CPU, one with `[cpumanager] job_cpu_groups = false`
-(every rank its own autogroup, the runtime's short-wait rule on), and the jobs alternate between them in
+Two CPU managers run side by side on the same CPU, one with `[cpumanager] job_cpu_groups = true` and one
+with `false` (the default: every rank its own autogroup), and the jobs alternate between them in
 interleaved rounds; the reference is plain MPICH on that CPU by `taskset`. Each run has a 2-rank compute
 job (plain MPICH, by taskset) on the other CPU, as bench/patterns.py does. Programs: the plain-MPI C
 patterns of bench/patterns/patterns.c, written with no knowledge of vmsched.
@@ -67,10 +67,12 @@ def main() -> int:
     rows = []
     with tempfile.TemporaryDirectory(prefix="vmsched-cpugroups-") as tmp:
         exe = compile_c_program(Path(__file__).resolve().parent / "patterns" / "patterns.c", Path(tmp))
-        off = Path(tmp) / "ungrouped"
-        off.mkdir()
-        (off / "vmsched.toml").write_text("[cpumanager]\njob_cpu_groups = false\n")
-        with Manager(Path(tmp) / "grouped", cpus="0") as on, Manager(off, cpus="0") as plain:
+        states = {}
+        for name, on in (("grouped", "true"), ("ungrouped", "false")):
+            states[name] = Path(tmp) / name
+            states[name].mkdir()
+            (states[name] / "vmsched.toml").write_text(f"[cpumanager]\njob_cpu_groups = {on}\n")
+        with Manager(states["grouped"], cpus="0") as on, Manager(states["ungrouped"], cpus="0") as plain:
             if not on.status()["cpu_groups"].startswith("cgroup"):
                 print(f"no job CPU groups here: {on.status()['cpu_groups']}", file=sys.stderr)
                 return 2

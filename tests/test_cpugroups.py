@@ -82,9 +82,16 @@ def grouped_ranks(cm: CpuManagerProcess, job: subprocess.Popen[str], job_id: int
     return ranks
 
 
+def grouping(state: Path) -> Path:
+    """A state directory whose config switches job CPU groups on (off by default)."""
+    state.mkdir(parents=True, exist_ok=True)
+    (state / "vmsched.toml").write_text("[cpumanager]\njob_cpu_groups = true\n")
+    return state
+
+
 @pytest.fixture
 def node(tmp_path: Path):
-    cm = CpuManagerProcess(tmp_path / "state", "0").start()
+    cm = CpuManagerProcess(grouping(tmp_path / "state"), "0").start()
     yield cm
     cm.stop()
 
@@ -146,7 +153,7 @@ def test_ranks_that_outlive_their_job_go_back_to_the_root_group(node: CpuManager
 
 
 def test_a_restarted_manager_keeps_the_groups_of_the_jobs_it_recovers(tmp_path: Path) -> None:
-    cm = CpuManagerProcess(tmp_path / "state", "0").start()
+    cm = CpuManagerProcess(grouping(tmp_path / "state"), "0").start()
     g = groups_of(cm)
     job = start_job(cm, 34)
     try:
@@ -165,11 +172,8 @@ def test_a_restarted_manager_keeps_the_groups_of_the_jobs_it_recovers(tmp_path: 
     assert not g.base.exists()
 
 
-def test_groups_can_be_switched_off(tmp_path: Path) -> None:
-    state = tmp_path / "state"
-    state.mkdir()
-    (state / "vmsched.toml").write_text("[cpumanager]\njob_cpu_groups = false\n")
-    cm = CpuManagerProcess(state, "0").start()
+def test_groups_are_off_by_default(tmp_path: Path) -> None:
+    cm = CpuManagerProcess(tmp_path / "state", "0").start()
     try:
         assert cm.status()["cpu_groups"].startswith("off: switched off")
         job = start_job(cm, 35)

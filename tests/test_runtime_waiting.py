@@ -25,7 +25,6 @@ def patterns(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def manager() -> Iterator[Manager]:
     with Manager(cpus="0") as m:
-        assert m.status()["cpu_groups"].startswith("cgroup"), "the manager puts each job in a CPU group"
         yield m
 
 

@@ -31,7 +31,6 @@ import pytest
 from tests.conftest import CpuManagerProcess, vmsched_shm_entries, wait_for
 from tests.launcher_harness import send_app, vmapp_result
 from vmsched.cpumanager import shm_layout as L
-from vmsched.cpumanager.cpugroups import CpuGroups
 from vmsched.cpumanager.manager import MAX_LOGGED_REFUSALS
 from vmsched.vmruntime.testing import end_job, rank_pids, vmrun_cmd
 
@@ -268,11 +267,6 @@ def test_second_user_cannot_steer_the_manager_or_touch_another_job(shared_node: 
                             pids=[victim_pid_root, root_rank])  # fmt: skip
         assert flood["done"] == 400 and c.status()["quanta"] > quanta + 20
         assert os.sched_getaffinity(victim_pid_root) == root_aff and proc_state(victim_pid_root) != "T"
-        # CPU groups (cpugroups.py): each verified process in its own job's group, nothing forged moved.
-        groups = CpuGroups.detect(cfg.instance)
-        assert groups.group_of(victim_pid_root) == "/"
-        assert groups.group_of(root_rank) == f"/{cfg.instance}/job-41"
-        assert groups.group_of(legit) == groups.group_of(other) == f"/{cfg.instance}/job-42"
         log = cfg.cpumanager_log.read_text()
         assert log.count("job 42 rank") <= MAX_LOGGED_REFUSALS
         assert "further refusals for this job are not logged" in log
