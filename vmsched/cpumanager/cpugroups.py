@@ -95,7 +95,6 @@ class CpuGroups:
         self.hierarchy = hierarchy
         self.why_not = why_not
         self.base = hierarchy.mount / instance if hierarchy else None
-        self.placed: dict[int, int] = {}  # job id -> ranks moved into its group
         self._warned: set[int] = set()
 
     @classmethod
@@ -186,14 +185,12 @@ class CpuGroups:
                 self._warned.add(job_id)
                 log.warning("job %d: cannot move rank %d into %s: %s", job_id, pid, d, e.strerror)
             return False
-        self.placed[job_id] = self.placed.get(job_id, 0) + 1
         return True
 
     def remove(self, job_id: int) -> None:
         """Remove the job's group. Processes still in it (ranks that outlive their job, which run on as
         plain MPI) go back to the root group they came from: a process in this group is the job's by
         construction (moved here as a verified rank, or forked by one)."""
-        self.placed.pop(job_id, None)
         self._warned.discard(job_id)
         if self.base is None:
             return

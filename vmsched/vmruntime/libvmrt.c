@@ -125,7 +125,7 @@ static void futex_wake(uint32_t *addr) { syscall(SYS_futex, addr, FUTEX_WAKE, 1 
 static int batch;
 
 static void set_batch(int on) {
-    if (on == batch || getenv("VMRT_NO_BATCH")) return;
+    if (on == batch) return;
     struct sched_param sp = {0};
     if (sched_setscheduler(0, on ? SCHED_BATCH : SCHED_OTHER, &sp) == 0) batch = on;
 }
@@ -601,14 +601,13 @@ static void yield_wait(void) {
         const char *y = getenv("VMRT_YIELD_WAIT_US");
         yield_wait_us = y && *y ? atoi(y) : VM_YIELD_WAIT_US;
         const char *a = getenv("VMRT_YIELD_WAIT_MAX_AVG_US");
-        yield_wait_max_avg_ns = a && *a ? atof(a) * 1000.0 : -1;
+        yield_wait_max_avg_ns = (a && *a ? atof(a) : VM_YIELD_WAIT_MAX_AVG_US) * 1000.0;
     }
     /* Only ranks whose waits have been short. In autogroups a rank that yields keeps its share against
      * a sibling that computes (master-worker with uneven tasks, every wait yielding: 1.47x as long); in
      * a job's CPU group it does not (+0-4 %), but a longer bound there (the 100-us window) made queue-mates
      * waiting for the other CPU yield to each other: a ring of 4 on 2 CPUs 0.47 -> 0.66 s. */
-    double bound = yield_wait_max_avg_ns >= 0 ? yield_wait_max_avg_ns : VM_YIELD_WAIT_MAX_AVG_US * 1000.0;
-    if (yield_wait_us <= 0 || avg_wait_ns >= bound) return;
+    if (yield_wait_us <= 0 || avg_wait_ns >= yield_wait_max_avg_ns) return;
     /* Local queues only: on the global queue a rank's CPU time must stay its work (the LBD reads idleness
      * from it there), and one that yields takes CPU from the rank computing beside it (a balanced
      * send.S read IP 7-8 % in every re-check window, above the 7 % that moves it to local queues). */
