@@ -39,6 +39,11 @@ WAKE_WAIT, WAKE_RUN, WAKE_SLEEP, WAKE_YIELD = 0, 1, 2, 3
 # waits by yielding its CPU for up to YIELD_WAIT_US, then sleeps in the kernel.
 YIELD_WAIT_US = 100
 YIELD_WAIT_MAX_AVG_US = 30
+# Repolling: a rank whose operation did not complete tests it again, up to REPOLLS times, before it hands
+# its token on while messages sent to it have not been received (MPICH takes in one message per progress
+# poll), and REPOLLS_OPAQUE times where its counters cannot tell (a collective, MPICH's own wait loops).
+REPOLLS = 8
+REPOLLS_OPAQUE = 4
 LOCK_TIMEOUT_S = 1  # a lock held longer than this is taken to be stale (its holder died)
 WAKE_MS = 100  # a sleeping rank re-checks the manager, its job and dead token holders this often
 
@@ -243,6 +248,8 @@ def c_header() -> str:
         f"#define VM_WAKE_YIELD {WAKE_YIELD}",
         f"#define VM_YIELD_WAIT_US {YIELD_WAIT_US}",
         f"#define VM_YIELD_WAIT_MAX_AVG_US {YIELD_WAIT_MAX_AVG_US}",
+        f"#define VM_REPOLLS {REPOLLS}",
+        f"#define VM_REPOLLS_OPAQUE {REPOLLS_OPAQUE}",
         f"#define VM_LOCK_TIMEOUT_S {LOCK_TIMEOUT_S}",
         f"#define VM_WAKE_MS {WAKE_MS}",
     ]

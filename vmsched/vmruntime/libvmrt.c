@@ -12,10 +12,12 @@
  * in the job's own segment, which only the job's user can open (docs/security.md). No rank takes a
  * lock of the node table.
  *
- * Blocking. A rank whose operation cannot complete hands its token on, sets its own wake word to
- * VM_WAKE_WAIT and state to WAITING (still under the lock), and waits in two phases. On a local queue,
- * if its recent waits were short (fine-grained exchanges), it first yields its CPU (word VM_WAKE_YIELD)
- * during the first VM_YIELD_WAIT_US of its MPI call, looking at its word between yields; then it swaps
+ * Blocking. A rank whose operation did not complete first tests it again a few times (repolling, in
+ * vm_idle: MPICH takes in about one message per progress poll). A rank whose operation still cannot
+ * complete hands its token on, sets its own wake word to VM_WAKE_WAIT and state to WAITING (still under
+ * the lock), and waits in two phases. On a local queue, if its recent waits were short (fine-grained
+ * exchanges), it first yields its CPU (word VM_WAKE_YIELD) during the first VM_YIELD_WAIT_US of its MPI
+ * call, looking at its word between yields; then it swaps
  * the word to VM_WAKE_SLEEP and sleeps in FUTEX_WAIT(wake, VM_WAKE_SLEEP). The giver of a token swaps
  * the receiver's word to VM_WAKE_RUN and sends a FUTEX_WAKE only if the old value was VM_WAKE_SLEEP: one
  * atomic swap each side, so a wake-up cannot be lost, and a hand-off to a rank that yields costs no
@@ -103,14 +105,31 @@ static int64_t now_ns(void) {
 
 static void real_yield(void) { syscall(SYS_sched_yield); }
 
-/* Two-phase waiting (see Blocking above). VMRT_YIELD_WAIT_US overrides the window (0: always sleep at
- * once, the protocol before it) for experiments. */
-static int yield_wait_us = -1;
-static double yield_wait_max_avg_ns = -1; /* the short-wait rule's bound (VMRT_YIELD_WAIT_MAX_AVG_US) */
+/* Two-phase waiting and repolling (see Blocking above). For experiments, VMRT_YIELD_WAIT_US overrides the
+ * window (0: always sleep at once, the protocol before it), VMRT_YIELD_WAIT_MAX_AVG_US the short-wait
+ * rule's bound, VMRT_REPOLLS and VMRT_REPOLLS_OPAQUE the repolls (0: hand off at the first failed test);
+ * read once, in vm_init. */
+static int yield_wait_us = VM_YIELD_WAIT_US;
+static double yield_wait_max_avg_ns = VM_YIELD_WAIT_MAX_AVG_US * 1000.0;
+static int repolls_counted = VM_REPOLLS, repolls_opaque = VM_REPOLLS_OPAQUE;
 static double avg_wait_ns;       /* moving average of this rank's waits for a token */
 static int all_joined;           /* every rank of the job has registered (see yield_token) */
 static unsigned long yields, sleeps, claims; /* waits by yielding, sleeps in the kernel, free tokens taken */
 static unsigned long lock_yields, other_yields; /* yields waiting for rt_lock; sched_yield calls passed on */
+static unsigned long repolls;    /* tests repeated before a hand-off (repolling) */
+
+static int env_int(const char *name, int dflt) {
+    const char *v = getenv(name);
+    return v && *v ? atoi(v) : dflt;
+}
+
+static void read_tuning(void) {
+    yield_wait_us = env_int("VMRT_YIELD_WAIT_US", VM_YIELD_WAIT_US);
+    const char *a = getenv("VMRT_YIELD_WAIT_MAX_AVG_US");
+    yield_wait_max_avg_ns = (a && *a ? atof(a) : VM_YIELD_WAIT_MAX_AVG_US) * 1000.0;
+    repolls_counted = env_int("VMRT_REPOLLS", VM_REPOLLS);
+    repolls_opaque = env_int("VMRT_REPOLLS_OPAQUE", VM_REPOLLS_OPAQUE);
+}
 
 static int futex_wait(uint32_t *addr, uint32_t expected, int timeout_ms) {
     struct timespec ts = {timeout_ms / 1000, (long)(timeout_ms % 1000) * 1000000L};
@@ -597,12 +616,6 @@ static void look_around(int reclaim) {
  * take from the rank computing beside it (master-worker with uneven tasks ran 1.37x longer when every
  * wait yielded for its window). */
 static void yield_wait(void) {
-    if (yield_wait_us < 0) {
-        const char *y = getenv("VMRT_YIELD_WAIT_US");
-        yield_wait_us = y && *y ? atoi(y) : VM_YIELD_WAIT_US;
-        const char *a = getenv("VMRT_YIELD_WAIT_MAX_AVG_US");
-        yield_wait_max_avg_ns = (a && *a ? atof(a) : VM_YIELD_WAIT_MAX_AVG_US) * 1000.0;
-    }
     /* Only ranks whose waits have been short. In autogroups a rank that yields keeps its share against
      * a sibling that computes (master-worker with uneven tasks, every wait yielding: 1.47x as long); in
      * a job's CPU group it does not (+0-4 %), but a longer bound there (the 100-us window) made queue-mates
@@ -751,6 +764,20 @@ static void yield_token(int waiting_for) {
 
 void vm_idle(int waiting_for, uint64_t *t0_ns) {
     if (vm.mode != VM_CTL) return;
+    /* Repolling. MPICH takes in one message per progress poll (a halo's Waitall of 4 receives, or an
+     * all-to-all inside MPICH's wait loop, failed a test with its other messages already in shared
+     * memory), so a rank that handed its token on at the first failed test came back for each of them:
+     * 4 ranks on one CPU made 3.5 hand-offs per rank and iteration of a halo exchange and 4 of an
+     * all-to-all. So it tests again first: while messages sent to it have not been received (the
+     * senders' counts), or, where the counters cannot tell (a collective, MPICH's own loops), a few
+     * times. A wait for a rank that has not sent yet costs no poll more than before. */
+    int limit = vm.wait.opaque ? repolls_opaque : repolls_counted;
+    if (vm.wait.repolls < limit && (vm.wait.opaque || __atomic_load_n(&vm.me->unconsumed, __ATOMIC_RELAXED) > 0)) {
+        vm.wait.repolls++;
+        repolls++;
+        return;
+    }
+    vm.wait.repolls = 0; /* after a hand-off, the rank that gets the token back may repoll again */
     if (vm.spin_us) {
         int64_t now = now_ns();
         if (*t0_ns == 0) *t0_ns = (uint64_t)now;
@@ -931,10 +958,10 @@ static void write_stats(const char *why) {
     int n = snprintf(buf, sizeof buf,
                      "{\"rank\":%d,\"pid\":%d,\"job\":%d,\"mode\":\"%s\",\"end\":\"%s\",\"mpi_calls\":%llu,"
                      "\"blocking_calls\":%llu,\"ctx_switches\":%llu,\"yields\":%lu,\"sleeps\":%lu,\"claims\":%lu,"
-                     "\"lock_yields\":%lu,\"other_yields\":%lu,\"generations\":%u,\"off\":\"%s\",\"reclaimed\":%u,\"calls\":{",
+                     "\"lock_yields\":%lu,\"other_yields\":%lu,\"repolls\":%lu,\"generations\":%u,\"off\":\"%s\",\"reclaimed\":%u,\"calls\":{",
                      vm.rank, (int)vm.pid, (int)vm.job_id, mode, why, (unsigned long long)vm.me->mpi_calls,
                      (unsigned long long)vm.me->blocking_calls, (unsigned long long)vm.me->ctx_switches, yields, sleeps,
-                     claims, lock_yields, other_yields, generations, off_why, reclaimed);
+                     claims, lock_yields, other_yields, repolls, generations, off_why, reclaimed);
     static const char *names[] = {
 #define VM_FUNC_NAME(name) #name,
         VM_FUNCS(VM_FUNC_NAME)
@@ -1081,6 +1108,7 @@ void vm_init(void) {
     debug = getenv("VMRT_DEBUG") && *getenv("VMRT_DEBUG") && strcmp(getenv("VMRT_DEBUG"), "0");
     stats_path = getenv("VMRT_STATS");
     if (stats_path && !*stats_path) stats_path = NULL;
+    read_tuning();
     PMPI_Comm_rank(MPI_COMM_WORLD, &vm.rank);
     PMPI_Comm_size(MPI_COMM_WORLD, &vm.nranks);
     world_rank = vm.rank, world_size = vm.nranks;

@@ -55,6 +55,7 @@ struct vm_state {
         int waiting_for;   /* world rank it waits for, -1 unknown */
         int opaque;        /* the counters cannot show when it may complete: a collective, a poll, a token */
         int64_t since;     /* when it first waited for a token (ns), 0 while it has not */
+        int repolls;       /* tests repeated since it last tried to hand its token on (repolling) */
     } wait;
     uint64_t calls[VMF_COUNT];
 };
@@ -89,6 +90,7 @@ static inline void vm_enter(int fid) {
     vm.calls[fid]++;
     vm.me->mpi_calls++;
     vm.wait.t0 = 0, vm.wait.blocked = 0, vm.wait.waiting_for = -1, vm.wait.opaque = 0, vm.wait.since = 0;
+    vm.wait.repolls = 0;
     if (__builtin_expect(vm.job != 0, 1)) {
         if (__builtin_expect(__atomic_load_n(&vm.job->generation, __ATOMIC_ACQUIRE) != vm.seen_gen, 0))
             vm_generation_changed();
