@@ -343,3 +343,22 @@ def test_a_busy_job_whose_cvcs_never_settles_is_measured_after_settle_quanta() -
         sw = [s + 5 * (1 + 0.4 * rng.random()) for s in sw]
         quiet = lbd_step(quiet, sw, None, P)
     assert quiet.phase == LBD_MEASURING
+
+
+def test_a_partition_of_one_cpu_is_decided_local_at_once_and_measured_when_it_grows() -> None:
+    """One CPU has nothing to balance: local queues without measuring. Two CPUs later: measured as a new
+    job is (on the global queue), and decided by its window."""
+    imbalanced = [0.5, 0.1, 0.1, 0.1]
+    state = lbd_step(LbdState(), [20.0] * 4, None, P, ncpus=1)
+    assert (state.phase, state.local, state.one_cpu, state.queue_local, state.decisions) == (
+        LBD_DECIDED, True, True, True, 1)  # fmt: skip
+    assert lbd_step(state, [40.0] * 4, None, P, ncpus=1) is state  # stays decided, no new decision
+    assert lbd_step(state, [40.0] * 4, None, P, ncpus=0) is state  # no partition now: nothing to step
+    grown = lbd_step(state, [60.0] * 4, None, P, ncpus=2)
+    assert (grown.phase, grown.queue_local, grown.one_cpu, grown.decisions) == (LBD_MEASURING, False, False, 1)
+    # From there on the detector measures as it does for any job: this one is imbalanced.
+    states = drive(lambda q: imbalanced, 400, state=grown)
+    assert states[-1].decisions == 2 and states[-1].phase == LBD_DECIDED and not states[-1].local
+    # A job measured on two CPUs that shrinks to one goes to local queues at once.
+    shrunk = lbd_step(states[-1], [0.0] * 4, None, P, ncpus=1)
+    assert shrunk.queue_local and shrunk.one_cpu and shrunk.decisions == 3

@@ -64,10 +64,12 @@ def test_a_rank_tests_again_before_it_hands_its_token_on(manager, patterns, tmp_
 
 def test_short_waits_hand_the_cpu_over_by_yielding(manager, patterns, tmp_path):
     """A ring of 4 on one CPU: each rank waits for three hops; queue-mates that all yield leave the
-    token free, and the one whose message has arrived takes it."""
-    per = folded(manager, patterns, tmp_path, ["ring", "20000", "0"])
-    # Measured 0.20-0.85 free tokens taken per hand-off: which waits stay under the rule's 30 us varies.
-    assert per["claims"] > 0.1 and per["yields"] > 0.2, per
+    token free, and the one whose message has arrived takes it. Three hops take 15-30 us here, at the
+    rule's 30-us bound, so whether a rank's average stays under it varied from run to run (0.2-0.9 free
+    tokens taken per hand-off, below 0.1 once in a full run of the suite): the bound is 60 us here, and
+    the rule itself is what the master-worker test below checks."""
+    per = folded(manager, patterns, tmp_path, ["ring", "20000", "0"], VMRT_YIELD_WAIT_MAX_AVG_US="60")
+    assert per["claims"] > 0.8 and per["yields"] > 1 and per["sleeps"] < 0.1, per  # measured 0.98-0.99, 2.1-2.3
 
 
 def test_ranks_whose_waits_are_long_sleep_at_once(manager, patterns, tmp_path):

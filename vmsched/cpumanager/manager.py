@@ -485,7 +485,7 @@ class CpuManager:
             if state.phase == L.LBD_MEASURING else []  # fmt: skip
         live = [r for r in slots if r < len(snap)]
         calls = float(snap["mpi_calls"][live].sum()) if state.phase != L.LBD_MEASURING else None
-        new = lbd_step(state, switches, user, self.lbd_params, calls)
+        new = lbd_step(state, switches, user, self.lbd_params, calls, ncpus=len(j.cpus))
         self.lbd[j.job_id] = new
         shown = (new.phase, new.cvcs, new.ip, new.queue_local, new.rate_local)
         if shown == (state.phase, state.cvcs, state.ip, state.queue_local, state.rate_local):
@@ -497,7 +497,7 @@ class CpuManager:
         if new.decisions > state.decisions:
             event(log, "lbd_decision", job=j.job_id, cvcs=round(new.cvcs or 0, 4), ip=round(new.ip or 0, 4),
                   queue="local" if new.local else "global", decision=new.decisions,
-                  why="local_slower" if not new.local and new.rate_local is not None
+                  why="one_cpu" if new.one_cpu else "local_slower" if not new.local and new.rate_local is not None
                   else "reverse_trial" if new.reverse else "band_trial" if new.band else "idleness",
                   calls_per_cpu_s_global=round(new.rate_global or 0, 1),
                   calls_per_cpu_s_local=round(new.rate_local or 0, 1))  # fmt: skip

@@ -21,7 +21,7 @@ import ctypes as C
 
 MAGIC = 0x564D53434845444D  # "VMSCHEDM"
 JOB_MAGIC = 0x564D534A4F425254  # "VMSJOBRT"
-VERSION = 6
+VERSION = 7
 
 MAX_CPUS = 256  # CPUs in the CPU table (and in one partition)
 MAX_JOBS = 256
@@ -61,6 +61,9 @@ RANK_FREE, RANK_RUNNING, RANK_WAITING, RANK_DONE = 0, 1, 2, 3
 # rank.flags
 RFLAG_EXTERNAL = 2  # registered through the API (not by the MPI runtime)
 RFLAG_SCHEDULED = 4  # its runtime has entered the token protocol (a hint among the job's ranks; the manager ignores it)
+# rank.wait_kind: its wait includes a receive / is for sends only / cannot be told (a collective, a poll,
+# MPICH's own loops). Only a receive can be completed by messages already sent to the rank.
+WAIT_OPAQUE, WAIT_RECV, WAIT_SEND = 0, 1, 2
 
 QUEUE_NAMES = {QUEUE_LOCAL: "local", QUEUE_GLOBAL: "global"}
 LBD_NAMES = {LBD_OFF: "off", LBD_MEASURING: "measuring", LBD_STABLE: "stable", LBD_DECIDED: "decided"}
@@ -141,6 +144,7 @@ class RankEntry(C.Structure):
         ("waiting_for", C.c_int32),  # rank it waits for a message from, -1 any / none
         ("wake", C.c_uint32),  # futex word: 1 = may run (token granted)
         ("has_token", C.c_uint32),
+        ("wait_kind", C.c_uint32),  # what its current wait is for: WAIT_* (a hint among the job's ranks)
         ("ctx_switches", C.c_uint64),  # times it gave up its CPU at an MPI wait
         ("sent_not_consumed", C.c_int64),
         ("unconsumed", C.c_int64),  # messages sent to it not yet received
@@ -259,7 +263,8 @@ def c_header() -> str:
         "HEUR_SENDER": HEUR_SENDER, "HEUR_UNCONSUMED": HEUR_UNCONSUMED, "HEUR_AFFINITY": HEUR_AFFINITY,
         "HEUR_RR": HEUR_RR, "HEUR_PROGRESS": HEUR_PROGRESS, "RANK_FREE": RANK_FREE, "RANK_RUNNING": RANK_RUNNING,
         "RANK_WAITING": RANK_WAITING, "RANK_DONE": RANK_DONE, "RFLAG_EXTERNAL": RFLAG_EXTERNAL,
-        "RFLAG_SCHEDULED": RFLAG_SCHEDULED,
+        "RFLAG_SCHEDULED": RFLAG_SCHEDULED, "WAIT_OPAQUE": WAIT_OPAQUE, "WAIT_RECV": WAIT_RECV,
+        "WAIT_SEND": WAIT_SEND,
     }  # fmt: skip
     lines += [f"#define VM_{k} {v}" for k, v in consts.items()]
     for struct, cname in C_STRUCTS.items():

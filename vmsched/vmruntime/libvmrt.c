@@ -336,9 +336,12 @@ static int next_rr(int exclude) {
 }
 
 /* Rank r sleeps for want of a token and can go on when it gets one: a message to it has arrived
- * (its senders count it in `unconsumed`), so the operation it re-tests may now complete. */
+ * (its senders count it in `unconsumed`), so the operation it re-tests may now complete - unless that
+ * operation is a send, which waits for its receiver (a pipeline's stage blocked in a send to the next
+ * one has a full queue of messages from the previous one). */
 static int is_ready(int r) {
-    return is_waiting(r) && __atomic_load_n(&rank_entry(r)->unconsumed, __ATOMIC_RELAXED) > 0;
+    return is_waiting(r) && rank_entry(r)->wait_kind != VM_WAIT_SEND &&
+           __atomic_load_n(&rank_entry(r)->unconsumed, __ATOMIC_RELAXED) > 0;
 }
 
 /* The ready rank with the most unconsumed messages, looking from the rank after `me` in rank order
@@ -348,7 +351,7 @@ static int next_ready(int me) {
     int64_t most = 0;
     for (int k = 1; k < vm.nranks; k++) {
         int c = (me + k) % vm.nranks;
-        if (!is_waiting(c)) continue;
+        if (!is_ready(c)) continue;
         int64_t u = __atomic_load_n(&rank_entry(c)->unconsumed, __ATOMIC_RELAXED);
         if (u > most) most = u, best = c;
     }
@@ -380,6 +383,11 @@ static int mates_all_yield(int t, int me) {
 /* Which rank gets our token t (thesis §4.3.1); -1: nobody is waiting for one. */
 static int choose_next(int t, int waiting_for) {
     int me = vm.rank, c = -1;
+    /* Local queues: round robin among the queue-mates. Their `progress` rule (the rank we wait for or
+     * one whose message has arrived first) was tried and dropped: 4 ranks on one CPU, medians of 3,
+     * halo2d 1.58x, random pairs 1.17x, master-worker 1.03-1.18x, the pipeline 1.08-1.9x the time of
+     * round robin; only the reverse ring gained (0.85-0.89x), and with two-phase waiting its queue-mates
+     * take the free token when their message has arrived anyway. */
     if (vm.job->queue == VM_QUEUE_LOCAL) return next_local(t, me, me);
     /* Every few hand-offs go round robin, so that two ranks that keep choosing each other cannot
      * starve a third one. */
@@ -636,9 +644,9 @@ static void yield_wait(void) {
         if (__atomic_load_n(&vm.me->wake, __ATOMIC_ACQUIRE) == VM_WAKE_RUN) return;
         int p = ntokens();
         /* Take a free token of our queue only if we may go on: our message has arrived, or the counters
-         * cannot tell (a collective, a poll); otherwise the queue-mate whose message has arrived runs. */
+         * cannot tell (a collective, a poll, a send); otherwise the queue-mate whose message has arrived runs. */
         int mine = p > 0 && vm.job->queue == VM_QUEUE_LOCAL && vm.rt->rt.holder[vm.rank % p] < 0 &&
-                   (vm.wait.opaque || __atomic_load_n(&vm.me->unconsumed, __ATOMIC_RELAXED) > 0);
+                   (vm.wait.opaque || !vm.wait.recv || __atomic_load_n(&vm.me->unconsumed, __ATOMIC_RELAXED) > 0);
         if (mine || __atomic_load_n(&vm.job->generation, __ATOMIC_ACQUIRE) != vm.rt->rt.rt_generation) {
             look_around(0);
             if (vm.me->has_token) return;
@@ -687,6 +695,7 @@ static void block(void) {
 /* Mark ourselves waiting (lock held) and sleep; returns holding a token or out of control. */
 static void wait_locked(int waiting_for) {
     vm.me->waiting_for = waiting_for;
+    vm.me->wait_kind = vm.wait.opaque ? VM_WAIT_OPAQUE : vm.wait.recv ? VM_WAIT_RECV : VM_WAIT_SEND;
     __atomic_store_n(&vm.me->wake, VM_WAKE_WAIT, __ATOMIC_RELAXED);
     __atomic_store_n(&vm.me->state, VM_RANK_WAITING, __ATOMIC_RELEASE);
     job_unlock();
@@ -769,9 +778,10 @@ void vm_idle(int waiting_for, uint64_t *t0_ns) {
      * memory), so a rank that handed its token on at the first failed test came back for each of them:
      * 4 ranks on one CPU made 3.5 hand-offs per rank and iteration of a halo exchange and 4 of an
      * all-to-all. So it tests again first: while messages sent to it have not been received (the
-     * senders' counts), or, where the counters cannot tell (a collective, MPICH's own loops), a few
-     * times. A wait for a rank that has not sent yet costs no poll more than before. */
-    int limit = vm.wait.opaque ? repolls_opaque : repolls_counted;
+     * senders' counts) and it waits to receive, or, where the counters cannot tell (a collective,
+     * MPICH's own loops), a few times. A wait for a rank that has not sent yet, or for the receiver of a
+     * send, costs no poll more than before. */
+    int limit = vm.wait.opaque ? repolls_opaque : vm.wait.recv ? repolls_counted : 0;
     if (vm.wait.repolls < limit && (vm.wait.opaque || __atomic_load_n(&vm.me->unconsumed, __ATOMIC_RELAXED) > 0)) {
         vm.wait.repolls++;
         repolls++;
@@ -958,7 +968,8 @@ static void write_stats(const char *why) {
     int n = snprintf(buf, sizeof buf,
                      "{\"rank\":%d,\"pid\":%d,\"job\":%d,\"mode\":\"%s\",\"end\":\"%s\",\"mpi_calls\":%llu,"
                      "\"blocking_calls\":%llu,\"ctx_switches\":%llu,\"yields\":%lu,\"sleeps\":%lu,\"claims\":%lu,"
-                     "\"lock_yields\":%lu,\"other_yields\":%lu,\"repolls\":%lu,\"generations\":%u,\"off\":\"%s\",\"reclaimed\":%u,\"calls\":{",
+                     "\"lock_yields\":%lu,\"other_yields\":%lu,\"repolls\":%lu,\"generations\":%u,\"off\":\"%s\","
+                     "\"reclaimed\":%u,\"calls\":{",
                      vm.rank, (int)vm.pid, (int)vm.job_id, mode, why, (unsigned long long)vm.me->mpi_calls,
                      (unsigned long long)vm.me->blocking_calls, (unsigned long long)vm.me->ctx_switches, yields, sleeps,
                      claims, lock_yields, other_yields, repolls, generations, off_why, reclaimed);

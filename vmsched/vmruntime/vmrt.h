@@ -54,6 +54,7 @@ struct vm_state {
         int blocked;       /* it has waited already (counted in blocking_calls) */
         int waiting_for;   /* world rank it waits for, -1 unknown */
         int opaque;        /* the counters cannot show when it may complete: a collective, a poll, a token */
+        int recv;          /* it includes a receive: messages sent to this rank may complete it */
         int64_t since;     /* when it first waited for a token (ns), 0 while it has not */
         int repolls;       /* tests repeated since it last tried to hand its token on (repolling) */
     } wait;
@@ -89,8 +90,8 @@ void vm_requests_done(const MPI_Request *before, const MPI_Request *after, int n
 static inline void vm_enter(int fid) {
     vm.calls[fid]++;
     vm.me->mpi_calls++;
-    vm.wait.t0 = 0, vm.wait.blocked = 0, vm.wait.waiting_for = -1, vm.wait.opaque = 0, vm.wait.since = 0;
-    vm.wait.repolls = 0;
+    vm.wait.t0 = 0, vm.wait.blocked = 0, vm.wait.waiting_for = -1, vm.wait.opaque = 0, vm.wait.recv = 0;
+    vm.wait.since = 0, vm.wait.repolls = 0;
     if (__builtin_expect(vm.job != 0, 1)) {
         if (__builtin_expect(__atomic_load_n(&vm.job->generation, __ATOMIC_ACQUIRE) != vm.seen_gen, 0))
             vm_generation_changed();

@@ -28,12 +28,20 @@ static int pending_source(const MPI_Request *reqs, int n) {
     return -1;
 }
 
-/* Complete one request by testing it, yielding the CPU between tests. */
-static int wait1(MPI_Request *rq, MPI_Status *st, int waiting_for) {
+/* Whether a pending request among them is a tracked receive. */
+static int pending_recv(const MPI_Request *reqs, int n) {
+    for (int i = 0; i < n && vm.ntracked; i++)
+        if (reqs[i] != MPI_REQUEST_NULL && vm_track_peek(reqs[i]) > -2) return 1;
+    return 0;
+}
+
+/* Complete one request by testing it, yielding the CPU between tests; `recv`: it is a receive. */
+static int wait1(MPI_Request *rq, MPI_Status *st, int waiting_for, int recv) {
     int flag = 0, rc = PMPI_Test(rq, &flag, st);
     if (rc != MPI_SUCCESS || flag) return rc;
     vm.me->blocking_calls++;
     vm.wait.blocked = 1;
+    vm.wait.recv = recv;
     for (;;) {
         vm_idle(waiting_for, &vm.wait.t0);
         if (!CTL) return PMPI_Wait(rq, st);
@@ -104,7 +112,7 @@ int MPI_Abort(MPI_Comm comm, int errorcode) {
         int rc = PMPI_##INAME(buf, count, dt, dest, tag, comm, &rq);                                   \
         if (rc != MPI_SUCCESS) return rc;                                                              \
         vm_count_send(w);                                                                              \
-        return wait1(&rq, MPI_STATUS_IGNORE, w);                                                       \
+        return wait1(&rq, MPI_STATUS_IGNORE, w, 0);                                                    \
     }
 
 BLOCKING_SEND(Send, Isend, int)
@@ -153,7 +161,7 @@ NONBLOCKING_SEND(Ibsend_c, MPI_Count)
         MPI_Request rq;                                                                                \
         int rc = PMPI_##INAME(buf, count, dt, src, tag, comm, &rq);                                    \
         if (rc != MPI_SUCCESS) return rc;                                                              \
-        rc = wait1(&rq, s, vm_world_rank(comm, src));                                                  \
+        rc = wait1(&rq, s, vm_world_rank(comm, src), 1);                                               \
         if (rc == MPI_SUCCESS && s->MPI_SOURCE >= 0) vm_count_recv(vm_world_rank(comm, s->MPI_SOURCE)); \
         return rc;                                                                                     \
     }
@@ -181,6 +189,7 @@ static int wait_pair(MPI_Request rq[2], MPI_Status *st, int waiting_for) {
     if (rc == MPI_SUCCESS && !flag) {
         vm.me->blocking_calls++;
         vm.wait.blocked = 1;
+        vm.wait.recv = 1;
         for (;;) {
             vm_idle(waiting_for, &vm.wait.t0);
             if (!CTL) {
@@ -234,7 +243,7 @@ SENDRECV(Sendrecv_c, Irecv_c, Isend_c, MPI_Count)
         int rc = PMPI_##INAME(buf, count, dt, dest, stag, src, rtag, comm, &rq);                       \
         if (rc != MPI_SUCCESS) return rc;                                                              \
         vm_count_send(vm_world_rank(comm, dest));                                                      \
-        rc = wait1(&rq, s, vm_world_rank(comm, src));                                                  \
+        rc = wait1(&rq, s, vm_world_rank(comm, src), 1);                                               \
         if (rc == MPI_SUCCESS && s->MPI_SOURCE >= 0) vm_count_recv(vm_world_rank(comm, s->MPI_SOURCE)); \
         return rc;                                                                                     \
     }
@@ -253,6 +262,7 @@ int MPI_Probe(int src, int tag, MPI_Comm comm, MPI_Status *st) {
     vm.me->blocking_calls++;
     int w = vm_world_rank(comm, src);
     vm.wait.blocked = 1;
+    vm.wait.recv = 1;
     for (;;) {
         vm_idle(w, &vm.wait.t0);
         if (!CTL) return PMPI_Probe(src, tag, comm, st);
@@ -281,6 +291,7 @@ int MPI_Mprobe(int src, int tag, MPI_Comm comm, MPI_Message *msg, MPI_Status *st
     vm.me->blocking_calls++;
     int w = vm_world_rank(comm, src);
     vm.wait.blocked = 1;
+    vm.wait.recv = 1;
     for (;;) {
         vm_idle(w, &vm.wait.t0);
         if (!CTL) return PMPI_Mprobe(src, tag, comm, msg, st);
@@ -309,7 +320,7 @@ int MPI_Improbe(int src, int tag, MPI_Comm comm, int *flag, MPI_Message *msg, MP
         MPI_Request rq;                                                                                \
         int rc = PMPI_##INAME(buf, count, dt, msg, &rq);                                               \
         if (rc != MPI_SUCCESS) return rc;                                                              \
-        rc = wait1(&rq, s, -1);                                                                        \
+        rc = wait1(&rq, s, -1, 1);                                                                     \
         if (rc == MPI_SUCCESS && s->MPI_SOURCE >= 0) vm_count_recv(-1); /* source: rank in msg's comm */ \
         return rc;                                                                                     \
     }
@@ -334,7 +345,7 @@ IMRECV(Imrecv_c, MPI_Count)
 int MPI_Wait(MPI_Request *rq, MPI_Status *st) {
     vm_enter(VMF_Wait);
     MPI_Request before = *rq;
-    int rc = CTL ? wait1(rq, st, pending_source(rq, 1)) : PMPI_Wait(rq, st);
+    int rc = CTL ? wait1(rq, st, pending_source(rq, 1), pending_recv(rq, 1)) : PMPI_Wait(rq, st);
     if (vm.ntracked) vm_requests_done(&before, rq, 1);
     return rc;
 }
@@ -350,6 +361,7 @@ int MPI_Waitall(int n, MPI_Request reqs[], MPI_Status sts[]) {
         vm.me->blocking_calls++;
         int w = pending_source(reqs, n);
         vm.wait.blocked = 1;
+        vm.wait.recv = pending_recv(reqs, n);
         for (;;) {
             vm_idle(w, &vm.wait.t0);
             if (!CTL) {
@@ -375,6 +387,7 @@ int MPI_Waitany(int n, MPI_Request reqs[], int *idx, MPI_Status *st) {
         vm.me->blocking_calls++;
         int w = pending_source(reqs, n);
         vm.wait.blocked = 1;
+        vm.wait.recv = pending_recv(reqs, n);
         for (;;) {
             vm_idle(w, &vm.wait.t0);
             if (!CTL) {
@@ -400,6 +413,7 @@ int MPI_Waitsome(int n, MPI_Request reqs[], int *outcount, int idxs[], MPI_Statu
         vm.me->blocking_calls++;
         int w = pending_source(reqs, n);
         vm.wait.blocked = 1;
+        vm.wait.recv = pending_recv(reqs, n);
         for (;;) {
             vm_idle(w, &vm.wait.t0);
             if (!CTL) {
