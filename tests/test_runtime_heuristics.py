@@ -46,6 +46,21 @@ def test_progress_hands_the_token_forward_in_a_ring(patterns, tmp_path, pattern)
     assert switches_per_rank_lap(patterns, tmp_path, pattern, None) <= 1.5  # the default: progress
 
 
+def test_message_counts_do_not_drift_when_ranks_run_side_by_side(patterns, tmp_path):
+    """4 ranks on 2 CPUs, global queue: a receiver on the other CPU may take a message in before its
+    sender has returned from the send. Counted only afterwards, its count stayed one too high for good:
+    such a rank looked ready while it waited and repolled in vain (two of the four ended at 1, and made
+    25 repolls per lap between them). Every message is received, so every rank must end at 0."""
+    stats = tmp_path / "ring.stats"
+    with Manager(cpus="0-1") as m:
+        cmd = vmrun_cmd(m.state_dir, RANKS, 2, [str(patterns), "ring", "20000", "0"], queue="global")
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env={**m.env(), "VMRT_STATS": str(stats)})
+    assert r.returncode == 0 and '"ok": true' in r.stdout, r.stderr[-2000:]
+    ranks = read_stats(stats)
+    assert len(ranks) == RANKS and all(s["mode"] == "ctl" for s in ranks), ranks
+    assert [s["unconsumed"] for s in ranks] == [0] * RANKS
+
+
 def test_sender_walks_a_ring_backwards(patterns, tmp_path):
     # The measurement tells the two apart: the sender we wait for is itself still waiting.
     assert switches_per_rank_lap(patterns, tmp_path, "ring", "sender") > 2.0

@@ -883,11 +883,21 @@ int vm_world_rank(MPI_Comm comm, int r) {
     return w == MPI_UNDEFINED ? -1 : slot_of(w);
 }
 
+/* Called before the send starts (sequentially consistent: the count is seen before the message can be). */
 void vm_count_send(int dest) {
     vm_rank *e = rank_entry(dest);
     if (!e) return;
-    __atomic_fetch_add(&e->unconsumed, 1, __ATOMIC_RELAXED);
-    __atomic_fetch_add(&vm.me->sent_not_consumed, 1, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&e->unconsumed, 1, __ATOMIC_SEQ_CST);
+    __atomic_fetch_add(&vm.me->sent_not_consumed, 1, __ATOMIC_SEQ_CST);
+}
+
+/* The send counted did not start. */
+void vm_uncount_send(int dest) {
+    vm_rank *e = rank_entry(dest);
+    if (!e) return;
+    if (__atomic_load_n(&e->unconsumed, __ATOMIC_RELAXED) > 0) __atomic_fetch_sub(&e->unconsumed, 1, __ATOMIC_RELAXED);
+    if (__atomic_load_n(&vm.me->sent_not_consumed, __ATOMIC_RELAXED) > 0)
+        __atomic_fetch_sub(&vm.me->sent_not_consumed, 1, __ATOMIC_RELAXED);
 }
 
 void vm_count_recv(int src) {
@@ -969,10 +979,11 @@ static void write_stats(const char *why) {
                      "{\"rank\":%d,\"pid\":%d,\"job\":%d,\"mode\":\"%s\",\"end\":\"%s\",\"mpi_calls\":%llu,"
                      "\"blocking_calls\":%llu,\"ctx_switches\":%llu,\"yields\":%lu,\"sleeps\":%lu,\"claims\":%lu,"
                      "\"lock_yields\":%lu,\"other_yields\":%lu,\"repolls\":%lu,\"generations\":%u,\"off\":\"%s\","
-                     "\"reclaimed\":%u,\"calls\":{",
+                     "\"reclaimed\":%u,\"unconsumed\":%lld,\"calls\":{",
                      vm.rank, (int)vm.pid, (int)vm.job_id, mode, why, (unsigned long long)vm.me->mpi_calls,
                      (unsigned long long)vm.me->blocking_calls, (unsigned long long)vm.me->ctx_switches, yields, sleeps,
-                     claims, lock_yields, other_yields, repolls, generations, off_why, reclaimed);
+                     claims, lock_yields, other_yields, repolls, generations, off_why, reclaimed,
+                     (long long)__atomic_load_n(&vm.me->unconsumed, __ATOMIC_RELAXED));
     static const char *names[] = {
 #define VM_FUNC_NAME(name) #name,
         VM_FUNCS(VM_FUNC_NAME)

@@ -78,6 +78,7 @@ void vm_unregister(const char *why);
 /* Message counters for the global-queue heuristics (world ranks, -1 = unknown). */
 int vm_world_rank(MPI_Comm comm, int r);
 void vm_count_send(int world_dest);
+void vm_uncount_send(int world_dest);
 void vm_count_recv(int world_src);
 void vm_track_recv(MPI_Request req, int world_src);
 /* Forget a request; returns its source world rank (-1 unknown) or -2 when it was not tracked. */

@@ -109,9 +109,12 @@ int MPI_Abort(MPI_Comm comm, int errorcode) {
         if (!CTL) return PMPI_##NAME(buf, count, dt, dest, tag, comm);                                 \
         int w = vm_world_rank(comm, dest);                                                             \
         MPI_Request rq;                                                                                \
-        int rc = PMPI_##INAME(buf, count, dt, dest, tag, comm, &rq);                                   \
-        if (rc != MPI_SUCCESS) return rc;                                                              \
         vm_count_send(w);                                                                              \
+        int rc = PMPI_##INAME(buf, count, dt, dest, tag, comm, &rq);                                   \
+        if (rc != MPI_SUCCESS) {                                                                       \
+            vm_uncount_send(w);                                                                        \
+            return rc;                                                                                 \
+        }                                                                                              \
         return wait1(&rq, MPI_STATUS_IGNORE, w, 0);                                                    \
     }
 
@@ -122,13 +125,22 @@ BLOCKING_SEND(Ssend_c, Issend_c, MPI_Count)
 BLOCKING_SEND(Rsend, Irsend, int)
 BLOCKING_SEND(Rsend_c, Irsend_c, MPI_Count)
 
+/* A send is counted before it starts, and taken back if it fails: counted after, a receiver on another
+ * CPU could take the message in first and find nothing to take off its count, which then stayed one
+ * too high for good (a ring of 4 on 2 CPUs, global queue: two ranks' counts drifted up, and they
+ * repolled 25 times per lap in vain). */
+#define COUNT_SEND(CALL, WORLD)                                                                          \
+    int w = (WORLD); /* -1 unless folded */                                                            \
+    vm_count_send(w);                                                                                  \
+    int rc = CALL;                                                                                     \
+    if (rc != MPI_SUCCESS) vm_uncount_send(w);                                                         \
+    return rc;
+
 /* Buffered sends complete locally: count them only. */
 #define COUNTED_SEND(NAME, CT)                                                                           \
     int MPI_##NAME(const void *buf, CT count, MPI_Datatype dt, int dest, int tag, MPI_Comm comm) {     \
         vm_enter(VMF_##NAME);                                                                          \
-        int rc = PMPI_##NAME(buf, count, dt, dest, tag, comm);                                         \
-        if (CTL && rc == MPI_SUCCESS) vm_count_send(vm_world_rank(comm, dest));                        \
-        return rc;                                                                                     \
+        COUNT_SEND(PMPI_##NAME(buf, count, dt, dest, tag, comm), vm_world_rank(comm, dest))            \
     }
 
 COUNTED_SEND(Bsend, int)
@@ -138,9 +150,7 @@ COUNTED_SEND(Bsend_c, MPI_Count)
     int MPI_##NAME(const void *buf, CT count, MPI_Datatype dt, int dest, int tag, MPI_Comm comm,       \
                    MPI_Request *rq) {                                                                  \
         vm_enter(VMF_##NAME);                                                                          \
-        int rc = PMPI_##NAME(buf, count, dt, dest, tag, comm, rq);                                     \
-        if (CTL && rc == MPI_SUCCESS) vm_count_send(vm_world_rank(comm, dest));                        \
-        return rc;                                                                                     \
+        COUNT_SEND(PMPI_##NAME(buf, count, dt, dest, tag, comm, rq), vm_world_rank(comm, dest))        \
     }
 
 NONBLOCKING_SEND(Isend, int)
@@ -218,13 +228,15 @@ static int wait_pair(MPI_Request rq[2], MPI_Status *st, int waiting_for) {
         MPI_Request rq[2];                                                                             \
         int rc = PMPI_##IRECV(rbuf, rcount, rtype, src, rtag, comm, &rq[0]);                           \
         if (rc != MPI_SUCCESS) return rc;                                                              \
+        int w = vm_world_rank(comm, dest);                                                             \
+        vm_count_send(w);                                                                              \
         rc = PMPI_##ISEND(sbuf, scount, stype, dest, stag, comm, &rq[1]);                              \
         if (rc != MPI_SUCCESS) {                                                                       \
+            vm_uncount_send(w);                                                                        \
             PMPI_Cancel(&rq[0]);                                                                       \
             PMPI_Request_free(&rq[0]);                                                                 \
             return rc;                                                                                 \
         }                                                                                              \
-        vm_count_send(vm_world_rank(comm, dest));                                                      \
         rc = wait_pair(rq, s, vm_world_rank(comm, src));                                               \
         if (rc == MPI_SUCCESS && s->MPI_SOURCE >= 0) vm_count_recv(vm_world_rank(comm, s->MPI_SOURCE)); \
         return rc;                                                                                     \
@@ -240,9 +252,13 @@ SENDRECV(Sendrecv_c, Irecv_c, Isend_c, MPI_Count)
         if (!CTL) return PMPI_##NAME(buf, count, dt, dest, stag, src, rtag, comm, st);                 \
         MPI_Status tmp, *s = st == MPI_STATUS_IGNORE ? &tmp : st;                                      \
         MPI_Request rq;                                                                                \
+        int w = vm_world_rank(comm, dest);                                                             \
+        vm_count_send(w);                                                                              \
         int rc = PMPI_##INAME(buf, count, dt, dest, stag, src, rtag, comm, &rq);                       \
-        if (rc != MPI_SUCCESS) return rc;                                                              \
-        vm_count_send(vm_world_rank(comm, dest));                                                      \
+        if (rc != MPI_SUCCESS) {                                                                       \
+            vm_uncount_send(w);                                                                        \
+            return rc;                                                                                 \
+        }                                                                                              \
         rc = wait1(&rq, s, vm_world_rank(comm, src), 1);                                               \
         if (rc == MPI_SUCCESS && s->MPI_SOURCE >= 0) vm_count_recv(vm_world_rank(comm, s->MPI_SOURCE)); \
         return rc;                                                                                     \
