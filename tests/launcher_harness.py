@@ -89,10 +89,24 @@ class Node:
 
     def stop(self) -> None:
         if self.launcher and self.launcher.poll() is None:
+            self.cancel_all()
             self.launcher.send_signal(signal.SIGTERM)
             self.launcher.wait(timeout=20)
         self.cm.stop()
         shutil.rmtree(self.root, ignore_errors=True)
+
+    def cancel_all(self) -> None:
+        """Cancel every job still queued or running, and wait for them to end. A stopped launcher leaves
+        its jobs running (their supervisors outlive it, for a restart to recover them), so a test that
+        failed with a job running left that job's ranks running for good (eight of them once, each on a
+        CPU of this machine, after a few runs of one failing test)."""
+        try:
+            ids = [str(j["id"]) for j in self.queue()["jobs"]]
+            if ids:
+                self.cli("vmcancel", *ids, check=False)
+                wait_for(lambda: not self.queue()["jobs"], timeout=60, interval=0.2, what="the cancelled jobs to end")
+        except (Exception, pytest.fail.Exception) as exc:  # the test's own failure is what it reports
+            print(f"launcher_harness: could not cancel every job: {exc}")
 
     def output(self, job_id: int) -> str:
         return (self.work / f"vmsched-{job_id}.out").read_text()
