@@ -615,6 +615,12 @@ static void look_around(int reclaim) {
     job_unlock();
 }
 
+/* What the current wait is for (the slot's wait_kind): a collective, a poll or a token (opaque: the
+ * counters cannot tell), a receive (messages sent to us may complete it), or sends only. */
+static int wait_kind(void) {
+    return vm.wait.opaque ? VM_WAIT_OPAQUE : vm.wait.recv ? VM_WAIT_RECV : VM_WAIT_SEND;
+}
+
 /* First phase of a wait: yield the CPU until our word says we hold a token, a free token of our local
  * queue is ours to take, or the window ends. The window is the MPI call's, not each wait's: queue-mates
  * that pass a free token between them while both wait for a rank on another CPU go to sleep once the
@@ -646,7 +652,7 @@ static void yield_wait(void) {
         /* Take a free token of our queue only if we may go on: our message has arrived, or the counters
          * cannot tell (a collective, a poll, a send); otherwise the queue-mate whose message has arrived runs. */
         int mine = p > 0 && vm.job->queue == VM_QUEUE_LOCAL && vm.rt->rt.holder[vm.rank % p] < 0 &&
-                   (vm.wait.opaque || !vm.wait.recv || __atomic_load_n(&vm.me->unconsumed, __ATOMIC_RELAXED) > 0);
+                   (wait_kind() != VM_WAIT_RECV || __atomic_load_n(&vm.me->unconsumed, __ATOMIC_RELAXED) > 0);
         if (mine || __atomic_load_n(&vm.job->generation, __ATOMIC_ACQUIRE) != vm.rt->rt.rt_generation) {
             look_around(0);
             if (vm.me->has_token) return;
@@ -695,7 +701,7 @@ static void block(void) {
 /* Mark ourselves waiting (lock held) and sleep; returns holding a token or out of control. */
 static void wait_locked(int waiting_for) {
     vm.me->waiting_for = waiting_for;
-    vm.me->wait_kind = vm.wait.opaque ? VM_WAIT_OPAQUE : vm.wait.recv ? VM_WAIT_RECV : VM_WAIT_SEND;
+    vm.me->wait_kind = wait_kind();
     __atomic_store_n(&vm.me->wake, VM_WAKE_WAIT, __ATOMIC_RELAXED);
     __atomic_store_n(&vm.me->state, VM_RANK_WAITING, __ATOMIC_RELEASE);
     job_unlock();
@@ -781,8 +787,10 @@ void vm_idle(int waiting_for, uint64_t *t0_ns) {
      * senders' counts) and it waits to receive, or, where the counters cannot tell (a collective,
      * MPICH's own loops), a few times. A wait for a rank that has not sent yet, or for the receiver of a
      * send, costs no poll more than before. */
-    int limit = vm.wait.opaque ? repolls_opaque : vm.wait.recv ? repolls_counted : 0;
-    if (vm.wait.repolls < limit && (vm.wait.opaque || __atomic_load_n(&vm.me->unconsumed, __ATOMIC_RELAXED) > 0)) {
+    int kind = wait_kind();
+    int limit = kind == VM_WAIT_OPAQUE ? repolls_opaque : kind == VM_WAIT_RECV ? repolls_counted : 0;
+    if (vm.wait.repolls < limit &&
+        (kind == VM_WAIT_OPAQUE || __atomic_load_n(&vm.me->unconsumed, __ATOMIC_RELAXED) > 0)) {
         vm.wait.repolls++;
         repolls++;
         return;

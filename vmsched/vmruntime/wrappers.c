@@ -35,6 +35,15 @@ static int pending_recv(const MPI_Request *reqs, int n) {
     return 0;
 }
 
+/* A send is counted (vm_count_send) before it starts, and `sent` takes the count back if the call that
+ * was to start it failed: counted after, a receiver on another CPU could take the message in first and
+ * find nothing to take off its count, which then stayed one too high for good (a ring of 4 on 2 CPUs,
+ * global queue: two ranks' counts drifted up, and they repolled 25 times per lap in vain). */
+static inline int sent(int world_dest, int rc) {
+    if (rc != MPI_SUCCESS) vm_uncount_send(world_dest);
+    return rc;
+}
+
 /* Complete one request by testing it, yielding the CPU between tests; `recv`: it is a receive. */
 static int wait1(MPI_Request *rq, MPI_Status *st, int waiting_for, int recv) {
     int flag = 0, rc = PMPI_Test(rq, &flag, st);
@@ -110,11 +119,8 @@ int MPI_Abort(MPI_Comm comm, int errorcode) {
         int w = vm_world_rank(comm, dest);                                                             \
         MPI_Request rq;                                                                                \
         vm_count_send(w);                                                                              \
-        int rc = PMPI_##INAME(buf, count, dt, dest, tag, comm, &rq);                                   \
-        if (rc != MPI_SUCCESS) {                                                                       \
-            vm_uncount_send(w);                                                                        \
-            return rc;                                                                                 \
-        }                                                                                              \
+        int rc = sent(w, PMPI_##INAME(buf, count, dt, dest, tag, comm, &rq));                          \
+        if (rc != MPI_SUCCESS) return rc;                                                              \
         return wait1(&rq, MPI_STATUS_IGNORE, w, 0);                                                    \
     }
 
@@ -125,22 +131,13 @@ BLOCKING_SEND(Ssend_c, Issend_c, MPI_Count)
 BLOCKING_SEND(Rsend, Irsend, int)
 BLOCKING_SEND(Rsend_c, Irsend_c, MPI_Count)
 
-/* A send is counted before it starts, and taken back if it fails: counted after, a receiver on another
- * CPU could take the message in first and find nothing to take off its count, which then stayed one
- * too high for good (a ring of 4 on 2 CPUs, global queue: two ranks' counts drifted up, and they
- * repolled 25 times per lap in vain). */
-#define COUNT_SEND(CALL, WORLD)                                                                          \
-    int w = (WORLD); /* -1 unless folded */                                                            \
-    vm_count_send(w);                                                                                  \
-    int rc = CALL;                                                                                     \
-    if (rc != MPI_SUCCESS) vm_uncount_send(w);                                                         \
-    return rc;
-
 /* Buffered sends complete locally: count them only. */
 #define COUNTED_SEND(NAME, CT)                                                                           \
     int MPI_##NAME(const void *buf, CT count, MPI_Datatype dt, int dest, int tag, MPI_Comm comm) {     \
         vm_enter(VMF_##NAME);                                                                          \
-        COUNT_SEND(PMPI_##NAME(buf, count, dt, dest, tag, comm), vm_world_rank(comm, dest))            \
+        int w = vm_world_rank(comm, dest); /* -1 unless folded */                                      \
+        vm_count_send(w);                                                                              \
+        return sent(w, PMPI_##NAME(buf, count, dt, dest, tag, comm));                                  \
     }
 
 COUNTED_SEND(Bsend, int)
@@ -150,7 +147,9 @@ COUNTED_SEND(Bsend_c, MPI_Count)
     int MPI_##NAME(const void *buf, CT count, MPI_Datatype dt, int dest, int tag, MPI_Comm comm,       \
                    MPI_Request *rq) {                                                                  \
         vm_enter(VMF_##NAME);                                                                          \
-        COUNT_SEND(PMPI_##NAME(buf, count, dt, dest, tag, comm, rq), vm_world_rank(comm, dest))        \
+        int w = vm_world_rank(comm, dest); /* -1 unless folded */                                      \
+        vm_count_send(w);                                                                              \
+        return sent(w, PMPI_##NAME(buf, count, dt, dest, tag, comm, rq));                              \
     }
 
 NONBLOCKING_SEND(Isend, int)
@@ -230,9 +229,8 @@ static int wait_pair(MPI_Request rq[2], MPI_Status *st, int waiting_for) {
         if (rc != MPI_SUCCESS) return rc;                                                              \
         int w = vm_world_rank(comm, dest);                                                             \
         vm_count_send(w);                                                                              \
-        rc = PMPI_##ISEND(sbuf, scount, stype, dest, stag, comm, &rq[1]);                              \
+        rc = sent(w, PMPI_##ISEND(sbuf, scount, stype, dest, stag, comm, &rq[1]));                     \
         if (rc != MPI_SUCCESS) {                                                                       \
-            vm_uncount_send(w);                                                                        \
             PMPI_Cancel(&rq[0]);                                                                       \
             PMPI_Request_free(&rq[0]);                                                                 \
             return rc;                                                                                 \
@@ -254,11 +252,8 @@ SENDRECV(Sendrecv_c, Irecv_c, Isend_c, MPI_Count)
         MPI_Request rq;                                                                                \
         int w = vm_world_rank(comm, dest);                                                             \
         vm_count_send(w);                                                                              \
-        int rc = PMPI_##INAME(buf, count, dt, dest, stag, src, rtag, comm, &rq);                       \
-        if (rc != MPI_SUCCESS) {                                                                       \
-            vm_uncount_send(w);                                                                        \
-            return rc;                                                                                 \
-        }                                                                                              \
+        int rc = sent(w, PMPI_##INAME(buf, count, dt, dest, stag, src, rtag, comm, &rq));              \
+        if (rc != MPI_SUCCESS) return rc;                                                              \
         rc = wait1(&rq, s, vm_world_rank(comm, src), 1);                                               \
         if (rc == MPI_SUCCESS && s->MPI_SOURCE >= 0) vm_count_recv(vm_world_rank(comm, s->MPI_SOURCE)); \
         return rc;                                                                                     \
