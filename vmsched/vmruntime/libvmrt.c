@@ -107,16 +107,18 @@ static void real_yield(void) { syscall(SYS_sched_yield); }
 
 /* Two-phase waiting and repolling (see Blocking above). For experiments, VMRT_YIELD_WAIT_US overrides the
  * window (0: always sleep at once, the protocol before it), VMRT_YIELD_WAIT_MAX_AVG_US the short-wait
- * rule's bound, VMRT_REPOLLS and VMRT_REPOLLS_OPAQUE the repolls (0: hand off at the first failed test);
- * read once, in vm_init. */
+ * rule's bound, VMRT_REPOLLS and VMRT_REPOLLS_OPAQUE the repolls (0: hand off at the first failed test),
+ * VMRT_SKIP_STARVED=0 plain round robin on local queues (next_local); read once, in vm_init. */
 static int yield_wait_us = VM_YIELD_WAIT_US;
 static double yield_wait_max_avg_ns = VM_YIELD_WAIT_MAX_AVG_US * 1000.0;
 static int repolls_counted = VM_REPOLLS, repolls_opaque = VM_REPOLLS_OPAQUE;
+static int skip_starved = 1;     /* local round robin passes over starved queue-mates (next_local) */
 static double avg_wait_ns;       /* moving average of this rank's waits for a token */
 static int all_joined;           /* every rank of the job has registered (see yield_token) */
 static unsigned long yields, sleeps, claims; /* waits by yielding, sleeps in the kernel, free tokens taken */
 static unsigned long lock_yields, other_yields; /* yields waiting for rt_lock; sched_yield calls passed on */
 static unsigned long repolls;    /* tests repeated before a hand-off (repolling) */
+static unsigned long starved_handoffs; /* hand-offs to a rank that was starved (is_starved) */
 
 static int env_int(const char *name, int dflt) {
     const char *v = getenv(name);
@@ -129,6 +131,7 @@ static void read_tuning(void) {
     yield_wait_max_avg_ns = (a && *a ? atof(a) : VM_YIELD_WAIT_MAX_AVG_US) * 1000.0;
     repolls_counted = env_int("VMRT_REPOLLS", VM_REPOLLS);
     repolls_opaque = env_int("VMRT_REPOLLS_OPAQUE", VM_REPOLLS_OPAQUE);
+    skip_starved = env_int("VMRT_SKIP_STARVED", 1);
 }
 
 static int futex_wait(uint32_t *addr, uint32_t expected, int timeout_ms) {
@@ -309,17 +312,34 @@ static void count_free(void) {
     vm.rt->rt.rt_tokens_free = n;
 }
 
+/* Rank r waits to receive and nothing has been sent to it yet: given the CPU, it would only test its
+ * receive in vain and hand the CPU on. */
+static int is_starved(int r) {
+    vm_rank *e = rank_entry(r);
+    return e && e->wait_kind == VM_WAIT_RECV && __atomic_load_n(&e->unconsumed, __ATOMIC_RELAXED) <= 0;
+}
+
 /* Round robin among the waiting ranks of local queue t (ranks t, t+P, t+2P, ...), starting after
- * rank `after` (from the queue's head when after < 0), never `exclude`. */
+ * rank `after` (from the queue's head when after < 0), never `exclude`; passing over the starved ones
+ * while another may go on. Plain round robin walked against a ring that sends to r - 1 (4 ranks on one
+ * CPU: each hop woke the two ranks behind it in vain) and through the children of a reduction tree that
+ * had not sent yet; passing them over, medians of 3 (bench/patterns.py's runs, 2026-11-26): ring-rev
+ * 4x1 0.774 -> 0.633 s, tree 4x1 1.344 -> 1.138, ring 8x2 2.599 -> 1.735, ring-rev 8x2 2.985 -> 2.423,
+ * tree 8x2 1.487 -> 1.139, the others within their noise. A rank blocked in a send or in a collective
+ * is not passed over: the counters cannot tell whether it may go on (a pipeline's first stage waits in
+ * its sends, and skipping those too was no better: 1.08-2.35 s for the reverse ring). */
 static int next_local(int t, int after, int exclude) {
     int p = ntokens();
     if (p <= 0 || t >= vm.nranks) return -1;
     int m = (vm.nranks - 1 - t) / p + 1, idx = (after >= 0 && after % p == t) ? (after - t) / p : -1;
+    int first = -1;
     for (int i = 1; i <= m; i++) {
         int c = t + ((idx + i) % m) * p;
-        if (c != exclude && is_waiting(c)) return c;
+        if (c == exclude || !is_waiting(c)) continue;
+        if (!skip_starved || !is_starved(c)) return c;
+        if (first < 0) first = c;
     }
-    return -1;
+    return first;
 }
 
 static int next_rr(int exclude) {
@@ -383,11 +403,12 @@ static int mates_all_yield(int t, int me) {
 /* Which rank gets our token t (thesis §4.3.1); -1: nobody is waiting for one. */
 static int choose_next(int t, int waiting_for) {
     int me = vm.rank, c = -1;
-    /* Local queues: round robin among the queue-mates. Their `progress` rule (the rank we wait for or
-     * one whose message has arrived first) was tried and dropped: 4 ranks on one CPU, medians of 3,
-     * halo2d 1.58x, random pairs 1.17x, master-worker 1.03-1.18x, the pipeline 1.08-1.9x the time of
-     * round robin; only the reverse ring gained (0.85-0.89x), and with two-phase waiting its queue-mates
-     * take the free token when their message has arrived anyway. */
+    /* Local queues: round robin among the queue-mates, passing over the starved (next_local). Their
+     * `progress` rule (the rank we wait for or one whose message has arrived first) was tried and
+     * dropped: 4 ranks on one CPU, medians of 3, halo2d 1.58x, random pairs 1.17x, master-worker
+     * 1.03-1.18x, the pipeline 1.08-1.9x the time of round robin; tried again with repolling
+     * (2026-11-26): the pipeline still 1.79x (its first stage, blocked in sends, is never "ready"),
+     * halo2d 1.22x, tree 1.13x. Round robin keeps every stage of a pipeline moving. */
     if (vm.job->queue == VM_QUEUE_LOCAL) return next_local(t, me, me);
     /* Every few hand-offs go round robin, so that two ranks that keep choosing each other cannot
      * starve a third one. */
@@ -768,6 +789,7 @@ static void yield_token(int waiting_for) {
             job_unlock();
             return;
         }
+        starved_handoffs += is_starved(next);
         vm.me->has_token = 0;
         grant(t, next);
     } else if (take_free()) {
@@ -986,11 +1008,12 @@ static void write_stats(const char *why) {
     int n = snprintf(buf, sizeof buf,
                      "{\"rank\":%d,\"pid\":%d,\"job\":%d,\"mode\":\"%s\",\"end\":\"%s\",\"mpi_calls\":%llu,"
                      "\"blocking_calls\":%llu,\"ctx_switches\":%llu,\"yields\":%lu,\"sleeps\":%lu,\"claims\":%lu,"
-                     "\"lock_yields\":%lu,\"other_yields\":%lu,\"repolls\":%lu,\"generations\":%u,\"off\":\"%s\","
+                     "\"lock_yields\":%lu,\"other_yields\":%lu,\"repolls\":%lu,\"starved_handoffs\":%lu,\"generations\":%u,"
+                     "\"off\":\"%s\","
                      "\"reclaimed\":%u,\"unconsumed\":%lld,\"calls\":{",
                      vm.rank, (int)vm.pid, (int)vm.job_id, mode, why, (unsigned long long)vm.me->mpi_calls,
                      (unsigned long long)vm.me->blocking_calls, (unsigned long long)vm.me->ctx_switches, yields, sleeps,
-                     claims, lock_yields, other_yields, repolls, generations, off_why, reclaimed,
+                     claims, lock_yields, other_yields, repolls, starved_handoffs, generations, off_why, reclaimed,
                      (long long)__atomic_load_n(&vm.me->unconsumed, __ATOMIC_RELAXED));
     static const char *names[] = {
 #define VM_FUNC_NAME(name) #name,
