@@ -327,8 +327,11 @@ static int is_starved(int r) {
  * 4x1 0.774 -> 0.633 s, tree 4x1 1.344 -> 1.138, ring 8x2 2.599 -> 1.735, ring-rev 8x2 2.985 -> 2.423,
  * tree 8x2 1.487 -> 1.139, the others within their noise. A rank blocked in a send or in a collective
  * is not passed over: the counters cannot tell whether it may go on (a pipeline's first stage waits in
- * its sends, and skipping those too was no better: 1.08-2.35 s for the reverse ring). */
-static int next_local(int t, int after, int exclude) {
+ * its sends, and skipping those too was no better: 1.08-2.35 s for the reverse ring). Nor is a rank
+ * every VM_RR_EVERY-th hand-off (choose_next): a message the counters do not see (a persistent send,
+ * a sender on another node) leaves its receiver looking starved, and queue-mates waiting in a
+ * collective for it passed the token between them for good (tests/c/uncounted.c). */
+static int next_local(int t, int after, int exclude, int pass_starved) {
     int p = ntokens();
     if (p <= 0 || t >= vm.nranks) return -1;
     int m = (vm.nranks - 1 - t) / p + 1, idx = (after >= 0 && after % p == t) ? (after - t) / p : -1;
@@ -336,7 +339,7 @@ static int next_local(int t, int after, int exclude) {
     for (int i = 1; i <= m; i++) {
         int c = t + ((idx + i) % m) * p;
         if (c == exclude || !is_waiting(c)) continue;
-        if (!skip_starved || !is_starved(c)) return c;
+        if (!pass_starved || !is_starved(c)) return c;
         if (first < 0) first = c;
     }
     return first;
@@ -409,7 +412,8 @@ static int choose_next(int t, int waiting_for) {
      * 1.03-1.18x, the pipeline 1.08-1.9x the time of round robin; tried again with repolling
      * (2026-11-26): the pipeline still 1.79x (its first stage, blocked in sends, is never "ready"),
      * halo2d 1.22x, tree 1.13x. Round robin keeps every stage of a pipeline moving. */
-    if (vm.job->queue == VM_QUEUE_LOCAL) return next_local(t, me, me);
+    if (vm.job->queue == VM_QUEUE_LOCAL)
+        return next_local(t, me, me, skip_starved && vm.me->ctx_switches % VM_RR_EVERY != VM_RR_EVERY - 1);
     /* Every few hand-offs go round robin, so that two ranks that keep choosing each other cannot
      * starve a third one. */
     if (vm.me->ctx_switches % VM_RR_EVERY == VM_RR_EVERY - 1) return next_rr(me);
@@ -450,7 +454,7 @@ static void distribute_free(void) {
     int p = ntokens();
     for (int t = 0; t < p; t++) {
         if (vm.rt->rt.holder[t] >= 0) continue;
-        int c = vm.job->queue == VM_QUEUE_LOCAL ? next_local(t, -1, -1) : next_rr(-1);
+        int c = vm.job->queue == VM_QUEUE_LOCAL ? next_local(t, -1, -1, skip_starved) : next_rr(-1);
         if (c >= 0) grant(t, c);
     }
     count_free();

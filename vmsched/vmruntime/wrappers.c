@@ -81,8 +81,23 @@ static void snap_done(struct snap *s, const MPI_Request *reqs, int n) {
 /* ---------------------------------------------------------------------------------------------- */
 /* init / finalize                                                                                */
 
+/* MPICH's shared-memory ("release_gather") Barrier, Bcast, Reduce and Allreduce, which it takes on one
+ * node once a communicator has made a few of these calls, wait by spinning on flags in shared memory
+ * and never call sched_yield. A folded rank waiting there never handed its token on, and the
+ * queue-mates that had to set those flags never ran: a loop of 8-byte MPI_Allreduce or of MPI_Barrier,
+ * 4 ranks on one CPU, hung for good at its 2nd or 3rd call (tests/c/colls.c). Its MPIR algorithms
+ * wait in the progress engine, which yields. Set before MPI_Init reads them, over any value the job
+ * set: the runtime cannot fold a rank that waits without telling it. */
+static void mpich_settings(void) {
+    static const char *const algorithms[] = {
+        "MPIR_CVAR_BARRIER_POSIX_INTRA_ALGORITHM", "MPIR_CVAR_BCAST_POSIX_INTRA_ALGORITHM",
+        "MPIR_CVAR_REDUCE_POSIX_INTRA_ALGORITHM", "MPIR_CVAR_ALLREDUCE_POSIX_INTRA_ALGORITHM"};
+    for (size_t i = 0; i < sizeof algorithms / sizeof algorithms[0]; i++) setenv(algorithms[i], "mpir", 1);
+}
+
 int MPI_Init(int *argc, char ***argv) {
     vm_enter(VMF_Init);
+    mpich_settings();
     int rc = PMPI_Init(argc, argv);
     if (rc == MPI_SUCCESS) vm_init();
     return rc;
@@ -90,6 +105,7 @@ int MPI_Init(int *argc, char ***argv) {
 
 int MPI_Init_thread(int *argc, char ***argv, int required, int *provided) {
     vm_enter(VMF_Init_thread);
+    mpich_settings();
     int rc = PMPI_Init_thread(argc, argv, required, provided);
     if (rc == MPI_SUCCESS) vm_init();
     return rc;
