@@ -312,11 +312,15 @@ static void count_free(void) {
     vm.rt->rt.rt_tokens_free = n;
 }
 
-/* Rank r waits to receive and nothing has been sent to it yet: given the CPU, it would only test its
- * receive in vain and hand the CPU on. */
+/* The rank of slot e waits to receive and nothing has been sent to it yet: given the CPU, it would
+ * only test its receive in vain and hand the CPU on. */
+static int starved(const vm_rank *e) {
+    return e->wait_kind == VM_WAIT_RECV && __atomic_load_n(&e->unconsumed, __ATOMIC_RELAXED) <= 0;
+}
+
 static int is_starved(int r) {
     vm_rank *e = rank_entry(r);
-    return e && e->wait_kind == VM_WAIT_RECV && __atomic_load_n(&e->unconsumed, __ATOMIC_RELAXED) <= 0;
+    return e && starved(e);
 }
 
 /* Round robin among the waiting ranks of local queue t (ranks t, t+P, t+2P, ...), starting after
@@ -406,6 +410,9 @@ static int mates_all_yield(int t, int me) {
 /* Which rank gets our token t (thesis §4.3.1); -1: nobody is waiting for one. */
 static int choose_next(int t, int waiting_for) {
     int me = vm.rank, c = -1;
+    /* Every few hand-offs go plain round robin, so that two ranks that keep choosing each other cannot
+     * starve a third one (and on local queues, a rank that only looks starved is not passed over). */
+    int rr_turn = vm.me->ctx_switches % VM_RR_EVERY == VM_RR_EVERY - 1;
     /* Local queues: round robin among the queue-mates, passing over the starved (next_local). Their
      * `progress` rule (the rank we wait for or one whose message has arrived first) was tried and
      * dropped: 4 ranks on one CPU, medians of 3, halo2d 1.58x, random pairs 1.17x, master-worker
@@ -413,10 +420,8 @@ static int choose_next(int t, int waiting_for) {
      * (2026-11-26): the pipeline still 1.79x (its first stage, blocked in sends, is never "ready"),
      * halo2d 1.22x, tree 1.13x. Round robin keeps every stage of a pipeline moving. */
     if (vm.job->queue == VM_QUEUE_LOCAL)
-        return next_local(t, me, me, skip_starved && vm.me->ctx_switches % VM_RR_EVERY != VM_RR_EVERY - 1);
-    /* Every few hand-offs go round robin, so that two ranks that keep choosing each other cannot
-     * starve a third one. */
-    if (vm.me->ctx_switches % VM_RR_EVERY == VM_RR_EVERY - 1) return next_rr(me);
+        return next_local(t, me, me, skip_starved && !rr_turn);
+    if (rr_turn) return next_rr(me);
     switch (vm.job->heuristic) {
     case VM_HEUR_PROGRESS:
         /* The rank we wait for, if it can go on; else a rank that can; else the one we wait for (a
@@ -676,8 +681,7 @@ static void yield_wait(void) {
         int p = ntokens();
         /* Take a free token of our queue only if we may go on: our message has arrived, or the counters
          * cannot tell (a collective, a poll, a send); otherwise the queue-mate whose message has arrived runs. */
-        int mine = p > 0 && vm.job->queue == VM_QUEUE_LOCAL && vm.rt->rt.holder[vm.rank % p] < 0 &&
-                   (wait_kind() != VM_WAIT_RECV || __atomic_load_n(&vm.me->unconsumed, __ATOMIC_RELAXED) > 0);
+        int mine = p > 0 && vm.job->queue == VM_QUEUE_LOCAL && vm.rt->rt.holder[vm.rank % p] < 0 && !starved(vm.me);
         if (mine || __atomic_load_n(&vm.job->generation, __ATOMIC_ACQUIRE) != vm.rt->rt.rt_generation) {
             look_around(0);
             if (vm.me->has_token) return;
