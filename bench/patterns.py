@@ -22,7 +22,10 @@ Each case runs at least --min-s seconds folded: the run with default options is 
 iteration count scaled until it takes that long; every way then runs the same count. Every result is
 checked: the program's own verdict, and its checksum equal to that of the plain taskset run. Figures
 per row: default / best of the vmsched ways, default / taskset, timesharing / default, each from the
-median of --reps runs per way. Last line: JSON.
+median of --reps runs per way. A plain run that takes CAP_FACTOR times as long as the default one (at
+least CAP_MIN_S) is stopped and counted as that long: its ratios are bounds, marked > or <, and the
+results are then checked against the first plain run that ended (none: the default run). Last line:
+JSON.
 
     python bench/patterns.py [--quick] [--reps 3] [--programs ring,halo2d,ep] [--shapes 4x1,8x2] [--ways local,rr]
                              [--plot FILE]
@@ -70,7 +73,13 @@ MPICH_YIELD = {"MPIR_CVAR_POLLS_BEFORE_YIELD": "1", "MPIR_CVAR_ENABLE_HEAVY_YIEL
 PATTERNS = {
     "ring": (20000, 0), "ring-rev": (20000, 0), "pipeline": (20000, 1), "master-worker": (2000, 5),
     "halo2d": (2000, 2), "alltoall": (5000, 1), "random-pairs": (10000, 1), "tree": (10000, 1),
+    "halo-rma": (2000, 1),
 }  # fmt: skip
+# A plain run may take this many times as long as the default run, and at least CAP_MIN_S, before it is
+# stopped: MPICH's one-sided synchronization spins without yielding, and halo-rma oversubscribed by hand
+# took 25 ms per fence (4 ranks on one CPU: 65-114 s for 2,000 rounds, vmsched 0.7 s). A stopped run
+# counts as that long, so its ratios are bounds (marked >).
+CAP_FACTOR, CAP_MIN_S = 20, 20.0
 APPS = {"ep": "S", "mg": "S", "ft": "S", "cg": "W", "sweep": "S"}
 
 
@@ -79,6 +88,7 @@ class Run:
     ok: bool
     checksum: str
     seconds: float
+    capped: bool = False  # stopped at the cap: `seconds` is a lower bound, there is no result
 
 
 class Program:
@@ -107,10 +117,15 @@ class Program:
         return Run(bool(r["ok"]), r["checksum"], float(r["elapsed_s"]))
 
 
-def run(cmd: list[str], prog: Program, env: dict[str, str] | None = None) -> Run:
+def run(cmd: list[str], prog: Program, env: dict[str, str] | None = None, cap: float | None = None) -> Run:
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
-        stdout, stderr = proc.communicate(timeout=600)
+        stdout, stderr = proc.communicate(timeout=cap or 600)
+    except subprocess.TimeoutExpired:
+        end_job(proc, signal.SIGKILL)
+        if cap is None:
+            raise
+        return Run(True, "", cap, capped=True)
     except BaseException:
         # Interrupted (Ctrl-C, SIGTERM, the timeout): not only mpiexec but its ranks, and the MPICH
         # segment they leave, must go (subprocess.run would kill mpiexec alone).
@@ -130,13 +145,13 @@ def start_compute(cmd: list[str], env: dict[str, str] | None = None) -> subproce
     return comp
 
 
-def plain(prog: Program, nranks: int, cpus: int, way: str) -> Run:
+def plain(prog: Program, nranks: int, cpus: int, way: str, cap: float) -> Run:
     mine, other = ("0", "1") if cpus == 1 else ("0-1", None)
     env = {**os.environ, **MPICH_YIELD} if way == "mpich-yield" else None
     pin = (lambda c: []) if way == "timesharing" else (lambda c: ["taskset", "-c", c])  # noqa: E731
     comp = start_compute([*pin(other), mpiexec(), "-n", "2", *COMPUTE]) if other else None
     try:
-        return run([*pin(mine), mpiexec(), "-n", str(nranks), *prog.argv()], prog, env)
+        return run([*pin(mine), mpiexec(), "-n", str(nranks), *prog.argv()], prog, env, cap)
     finally:
         if comp:
             end_job(comp)
@@ -210,7 +225,8 @@ def main() -> int:
                     if not prog.allows(nranks):
                         continue
                     runs: dict[str, list[Run]] = {"default": [calibrate(m, prog, nranks, cpus, args.min_s)]}
-                    runs["taskset"] = [plain(prog, nranks, cpus, "taskset")]
+                    cap = max(CAP_MIN_S, CAP_FACTOR * runs["default"][0].seconds)
+                    runs["taskset"] = [plain(prog, nranks, cpus, "taskset", cap)]
                     order = ["default", "taskset", *(w for w in ways if w not in ("default", "taskset"))]
                     # Rounds interleaved, medians compared: the best of six ways is a minimum over noisy
                     # runs, so one run per way biases default/best upward by the noise alone.
@@ -218,16 +234,28 @@ def main() -> int:
                         for way in order:
                             if (way == "timesharing" and cpus == 2) or len(runs.get(way, ())) > rnd:
                                 continue
-                            runs.setdefault(way, []).append(plain(prog, nranks, cpus, way) if way in PLAIN_WAYS
+                            if runs.get(way) and runs[way][-1].capped:  # once stopped, not run again
+                                runs[way].append(runs[way][-1])
+                                continue
+                            runs.setdefault(way, []).append(plain(prog, nranks, cpus, way, cap) if way in PLAIN_WAYS
                                                             else folded(m, prog, nranks, cpus, way))  # fmt: skip
-                    ref = runs["taskset"][0]
-                    bad = sorted({w for w, rs in runs.items() for r in rs if not r.ok or r.checksum != ref.checksum})
-                    row = {"program": prog.label, "ranks": nranks, "cpus": cpus, "iters": prog.iters, "reps": args.reps,
-                           "seconds": {w: round(statistics.median(r.seconds for r in rs), 4) for w, rs in runs.items()},
-                           "bad": bad}  # fmt: skip
-                    rows.append(row)
-                    print_row(row, flush=True)
+                    rows.append(make_row(prog, nranks, cpus, args.reps, runs))
+                    print_row(rows[-1], flush=True)
     return report(rows, args.plot)
+
+
+def make_row(prog: Program, nranks: int, cpus: int, reps: int, runs: dict[str, list[Run]]) -> dict:
+    """One case: median seconds per way, the ways that were stopped at the cap, and the ways whose result
+    was not the program's or differed from the reference: the plain taskset run, or when that was
+    stopped the first plain run that ended, or when none did the default run (the vmsched ways must
+    then at least agree with each other)."""
+    ended = [w for w in ("taskset", *PLAIN_WAYS) if w in runs and not runs[w][0].capped]
+    ref = runs[ended[0]][0] if ended else runs["default"][0]
+    bad = sorted({w for w, rs in runs.items() for r in rs if not r.capped and (not r.ok or r.checksum != ref.checksum)})
+    return {"program": prog.label, "ranks": nranks, "cpus": cpus, "iters": prog.iters, "reps": reps,
+            "seconds": {w: round(statistics.median(r.seconds for r in rs), 4) for w, rs in runs.items()},
+            "capped": sorted(w for w, rs in runs.items() if rs[0].capped),
+            "reference": ended[0] if ended else "default", "bad": bad}  # fmt: skip
 
 
 def ratios(row: dict) -> dict[str, float]:
@@ -242,20 +270,25 @@ def ratios(row: dict) -> dict[str, float]:
 def print_row(row: dict, flush: bool = False) -> None:
     s, r = row["seconds"], ratios(row)
     best = min((w for w in s if w in VMSCHED_WAYS), key=s.get)
-    ts = f"{r['timesharing_vs_default']:6.2f}" if "timesharing_vs_default" in r else "     -"
+    capped = row.get("capped", [])
+    mark = {w: ">" if w in capped else " " for w in ("taskset", "timesharing")}
+    ts = f"{mark['timesharing']}{r['timesharing_vs_default']:5.2f}" if "timesharing_vs_default" in r else "     -"
+    dt = f"{'<' if 'taskset' in capped else ' '}{r['default_vs_taskset']:5.2f}"
+    note = f" (stopped at the cap: {','.join(capped)}; reference {row['reference']})" if capped else ""
     print(f"{row['program']:<14} {row['ranks']}x{row['cpus']} {s['default']:8.3f} {best:>10} {s[best]:8.3f} "
-          f"{r['default_vs_best']:6.2f} {s['taskset']:8.3f} {r['default_vs_taskset']:6.2f} {ts}  "
-          f"{'ok' if not row['bad'] else 'BAD ' + ','.join(row['bad'])}", flush=flush)  # fmt: skip
+          f"{r['default_vs_best']:6.2f} {mark['taskset']}{s['taskset']:7.3f} {dt} {ts}  "
+          f"{'ok' if not row['bad'] else 'BAD ' + ','.join(row['bad'])}{note}", flush=flush)  # fmt: skip
 
 
 def report(rows: list[dict], plot: Path | None) -> int:
     print(f"\n{'program':<14} RxC  default  best way     best  d/best  taskset d/task ts/def  results")
     for row in rows:
         print_row(row)
-    print("\nseconds per way:")
+    print("\nseconds per way (>: stopped at the cap, a lower bound):")
     for row in rows:
+        per_way = " ".join(f"{w}={'>' if w in row['capped'] else ''}{v:.3f}" for w, v in row["seconds"].items())
         print(f"  {row['program']} {row['ranks']}x{row['cpus']} (iters {row['iters']}, median of {row['reps']}): "
-              + " ".join(f"{w}={v:.3f}" for w, v in row["seconds"].items()))  # fmt: skip
+              + per_way)  # fmt: skip
     rs = [ratios(r) for r in rows]
     loses = [r["timesharing_vs_default"] for r in rs if r.get("timesharing_vs_default", 0) > 1]
     figures = {
@@ -266,6 +299,7 @@ def report(rows: list[dict], plot: Path | None) -> int:
         "default_vs_taskset_best": round(min(r["default_vs_taskset"] for r in rs), 3),
         "timesharing_vs_default_min": round(min(loses), 2) if loses else None,
         "bad_results": sum(len(r["bad"]) for r in rows),
+        "stopped_at_cap": [f"{r['program']} {r['ranks']}x{r['cpus']} {w}" for r in rows for w in r["capped"]],
     }
     slept = [r["seconds"]["default"] / r["seconds"]["sleep"] for r in rows if "sleep" in r["seconds"]]
     if slept:  # the two-phase wait against sleeping at once, per case

@@ -140,3 +140,18 @@ def test_a_receiver_whose_message_was_not_counted_is_not_passed_over_for_good(ma
     for _ in range(4):
         got = run_to_end(manager, exe, 2000, "local", VMRT_YIELD_WAIT_US="0")
         assert got == {"ok": True, "rounds": 2000}
+
+
+@pytest.mark.parametrize("queue", ["local", "global"])
+def test_one_sided_epochs_end(manager, tmp_path, queue):
+    """MPICH waits for one-sided operations (fence, post/start/complete/wait, lock/unlock, lock_all) by
+    calling UCX's progress in a loop, never sched_yield, and on one node the target's own progress
+    completes them: with the target folded behind the spinning origin, every epoch hung for good. Idle
+    progress calls in a row from libmpi count as a wait. Unfolded on this node's two CPUs, 300 rounds
+    take some 30 s of MPICH's busy polling; folded, under a second."""
+    exe = compile_c_program(REPO / "tests" / "c" / "rma.c", tmp_path)
+    stats = tmp_path / "stats.jsonl"
+    assert run_to_end(manager, exe, 300, queue, VMRT_STATS=str(stats)) == {"ok": True, "rounds": 300}
+    ranks = read_stats(stats)
+    assert len(ranks) == 4 and all(s["mode"] == "ctl" for s in ranks), ranks
+    assert sum(s["idle_progress_waits"] for s in ranks) > 0, ranks

@@ -3,7 +3,7 @@
  *     patterns PATTERN ITERS WORK
  *
  * PATTERN: ring (rank r sends to r+1), ring-rev (to r-1), pipeline, master-worker, halo2d, alltoall,
- * random-pairs, tree. ITERS: rounds; WORK: compute units per rank per round (one unit is a fixed
+ * random-pairs, tree, halo-rma (a 1-D halo exchanged by MPI_Put between MPI_Win_fence calls). ITERS: rounds; WORK: compute units per rank per round (one unit is a fixed
  * number of arithmetic steps). Rank 0 prints one JSON line: {"pattern", "ok", "checksum",
  * "elapsed_s"}. "ok" is the program's own check (every token, item, task and reduction arrived and
  * adds up); "checksum" depends on the pattern, ITERS, WORK and the rank count only, never on how the
@@ -232,6 +232,35 @@ static uint64_t random_pairs(long iters, long work) {
     return agreed_sum(acc, ok);
 }
 
+#define N1 4096 /* cells per rank of the 1-D one-sided stencil */
+
+/* A 1-D stencil whose halo is exchanged one-sidedly, as codes written for RMA do it: each round every
+ * rank puts its edge cells into its neighbours' ghost cells between two MPI_Win_fence calls. */
+static uint64_t halo_rma(long iters, long work) {
+    int64_t *u = malloc(sizeof(int64_t) * (N1 + 2)), *v = malloc(sizeof(int64_t) * (N1 + 2));
+    MPI_Win win;
+    MPI_Win_create(u, sizeof(int64_t) * (N1 + 2), sizeof(int64_t), MPI_INFO_NULL, MPI_COMM_WORLD, &win);
+    int left = (rank + size - 1) % size, right = (rank + 1) % size;
+    for (int i = 1; i <= N1; i++) u[i] = (int64_t)(mix((uint64_t)(rank * N1 + i)) % 1000);
+    uint64_t acc = 0;
+    for (long it = 0; it < iters; it++) {
+        MPI_Win_fence(MPI_MODE_NOPRECEDE, win);
+        MPI_Put(&u[1], 1, MPI_INT64_T, left, N1 + 1, 1, MPI_INT64_T, win); /* my first cell: left's right ghost */
+        MPI_Put(&u[N1], 1, MPI_INT64_T, right, 0, 1, MPI_INT64_T, win);    /* my last cell: right's left ghost */
+        MPI_Win_fence(MPI_MODE_NOSUCCEED, win);
+        for (int i = 1; i <= N1; i++) v[i] = (u[i - 1] + 2 * u[i] + u[i + 1]) % 1000003;
+        memcpy(&u[1], &v[1], sizeof(int64_t) * N1);
+        acc ^= compute(work, (uint64_t)(it * size + rank));
+    }
+    uint64_t local = 0, total = 0, accs = 0;
+    for (int i = 1; i <= N1; i++) local += (uint64_t)u[i] * (uint64_t)(rank * N1 + i);
+    MPI_Win_free(&win);
+    free(u), free(v);
+    MPI_Allreduce(&local, &total, 1, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
+    MPI_Allreduce(&acc, &accs, 1, MPI_UINT64_T, MPI_BXOR, MPI_COMM_WORLD);
+    return total ^ accs;
+}
+
 /* A binomial-tree reduction to rank 0 and a binomial-tree broadcast back, by hand, every round. */
 static uint64_t tree(long iters, long work) {
     uint64_t acc = 0;
@@ -289,6 +318,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(name, "alltoall")) sum = alltoall(iters, work);
     else if (!strcmp(name, "random-pairs")) sum = random_pairs(iters, work);
     else if (!strcmp(name, "tree")) sum = tree(iters, work);
+    else if (!strcmp(name, "halo-rma")) sum = halo_rma(iters, work);
     else {
         if (rank == 0) fprintf(stderr, "patterns: unknown pattern %s\n", name);
         MPI_Finalize();

@@ -58,6 +58,7 @@
 #define VM_CHECK_NS 200000000LL /* a running rank checks the manager's pid this often (in yields) */
 #define VM_RR_EVERY 8           /* every n-th hand-off of a rank is round robin (no starvation) */
 #define VM_POLLS_BEFORE_YIELD 8 /* consecutive empty Test/Iprobe calls before giving way */
+#define VM_IDLE_PROGRESS 16     /* consecutive idle ucp_worker_progress calls from libmpi that are a wait */
 
 static vm_rank dummy_rank;     /* counters of an unregistered process */
 struct vm_state vm = {.me = &dummy_rank, .rank = -1};
@@ -117,6 +118,8 @@ static double avg_wait_ns;       /* moving average of this rank's waits for a to
 static int all_joined;           /* every rank of the job has registered (see yield_token) */
 static unsigned long yields, sleeps, claims; /* waits by yielding, sleeps in the kernel, free tokens taken */
 static unsigned long lock_yields, other_yields; /* yields waiting for rt_lock; sched_yield calls passed on */
+static __thread unsigned idle_progress; /* idle ucp_worker_progress calls from libmpi in a row */
+static unsigned long idle_progresses;   /* ... that reached VM_IDLE_PROGRESS: waits MPICH did not tell us of */
 static unsigned long repolls;    /* tests repeated before a hand-off (repolling) */
 static unsigned long starved_handoffs; /* hand-offs to a rank that was starved (is_starved) */
 
@@ -764,6 +767,7 @@ static int job_joined(void) {
 
 /* The operation is not complete: hand our token to the next rank and block (thesis fig. 4.6). */
 static void yield_token(int waiting_for) {
+    idle_progress = 0;
     if (__atomic_load_n(&vm.job->generation, __ATOMIC_ACQUIRE) != vm.seen_gen) vm_generation_changed();
     if (vm.mode != VM_CTL) return;
     if (now_ns() - last_check_ns > VM_CHECK_NS) {
@@ -842,26 +846,58 @@ void vm_poll_failed(void) {
     yield_token(-1);
 }
 
+/* MPICH is waiting inside a call of its own (one we do not wrap, or a collective): this rank waits. */
+static void mpich_waits(void) {
+    idle_progress = 0;
+    if (!vm.wait.blocked) {
+        vm.wait.blocked = 1;
+        vm.me->blocking_calls++;
+    }
+    vm.wait.opaque = 1;
+    vm_idle(vm.wait.waiting_for, &vm.wait.t0);
+}
+
 /* MPICH calls sched_yield from its own busy-wait loops (calls we do not wrap: communicator
- * creation, RMA synchronization, ...). Like the thesis's sginap wrapper, treat that as "this rank is
- * waiting" - but only on the MPI thread and only when MPICH itself is the caller. */
+ * creation, ...). Like the thesis's sginap wrapper, treat that as "this rank is waiting" - but only
+ * on the MPI thread and only when MPICH itself is the caller. */
 int sched_yield(void) {
     uintptr_t caller = (uintptr_t)__builtin_return_address(0);
     if (caller >= mpi_text_lo && caller < mpi_text_hi && mpi_thread) {
         vm.calls[VMF_sched_yield]++;
         if (vm.mode == VM_CTL && vm.registered) {
-            if (!vm.wait.blocked) {
-                vm.wait.blocked = 1;
-                vm.me->blocking_calls++;
-            }
-            vm.wait.opaque = 1;
-            vm_idle(vm.wait.waiting_for, &vm.wait.t0);
+            mpich_waits();
             return 0;
         }
     }
     other_yields++;
     real_yield();
     return 0;
+}
+
+/* MPICH's UCX paths wait for one-sided operations (MPI_Win_fence, Win_lock/unlock, Win_start/complete,
+ * Win_lock_all) by calling ucp_worker_progress in a loop, never sched_yield. On one node UCX carries
+ * those operations as messages that the target's own progress completes, and a folded target has no
+ * CPU while the origin spins with its token: every RMA program hung for good when folded (tests/c/rma.c,
+ * 4 ranks on one CPU, in its first epoch). So VM_IDLE_PROGRESS calls in a row from libmpi that found
+ * nothing to do are a wait, as a sched_yield from libmpi is. Only idle calls count, and any hand-off
+ * resets the count, so a progress loop that also yields is not made to wait more often. */
+typedef unsigned (*ucp_progress_fn)(void *worker);
+unsigned ucp_worker_progress(void *worker) {
+    static ucp_progress_fn real;
+    if (!real) real = (ucp_progress_fn)dlsym(RTLD_NEXT, "ucp_worker_progress");
+    if (!real) abort(); /* only a process that loaded libucp can call it */
+    uintptr_t caller = (uintptr_t)__builtin_return_address(0);
+    unsigned events = real(worker);
+    /* A wrapper's own wait loop (blocked, and not opaque) hands the token on itself, knowing for what. */
+    if (events || !mpi_thread || caller < mpi_text_lo || caller >= mpi_text_hi || (vm.wait.blocked && !vm.wait.opaque)) {
+        idle_progress = 0;
+        return events;
+    }
+    if (++idle_progress >= VM_IDLE_PROGRESS && vm.mode == VM_CTL && vm.registered) {
+        idle_progresses++;
+        mpich_waits();
+    }
+    return events;
 }
 
 static int find_text(struct dl_phdr_info *info, size_t size, void *data) {
@@ -1017,11 +1053,11 @@ static void write_stats(const char *why) {
                      "{\"rank\":%d,\"pid\":%d,\"job\":%d,\"mode\":\"%s\",\"end\":\"%s\",\"mpi_calls\":%llu,"
                      "\"blocking_calls\":%llu,\"ctx_switches\":%llu,\"yields\":%lu,\"sleeps\":%lu,\"claims\":%lu,"
                      "\"lock_yields\":%lu,\"other_yields\":%lu,\"repolls\":%lu,\"starved_handoffs\":%lu,\"generations\":%u,"
-                     "\"off\":\"%s\","
+                     "\"idle_progress_waits\":%lu,\"off\":\"%s\","
                      "\"reclaimed\":%u,\"unconsumed\":%lld,\"calls\":{",
                      vm.rank, (int)vm.pid, (int)vm.job_id, mode, why, (unsigned long long)vm.me->mpi_calls,
                      (unsigned long long)vm.me->blocking_calls, (unsigned long long)vm.me->ctx_switches, yields, sleeps,
-                     claims, lock_yields, other_yields, repolls, starved_handoffs, generations, off_why, reclaimed,
+                     claims, lock_yields, other_yields, repolls, starved_handoffs, generations, idle_progresses, off_why, reclaimed,
                      (long long)__atomic_load_n(&vm.me->unconsumed, __ATOMIC_RELAXED));
     static const char *names[] = {
 #define VM_FUNC_NAME(name) #name,

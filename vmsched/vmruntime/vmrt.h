@@ -29,7 +29,14 @@ enum { VM_OFF = 0, VM_FAST = 1, VM_CTL = 2 };
     X(Scatter_c) X(Scatterv) X(Scatterv_c) X(Allgather) X(Allgather_c) X(Allgatherv) \
     X(Allgatherv_c) X(Alltoall) X(Alltoall_c) X(Alltoallv) X(Alltoallv_c) X(Alltoallw) \
     X(Alltoallw_c) X(Reduce_scatter) X(Reduce_scatter_c) X(Reduce_scatter_block) \
-    X(Reduce_scatter_block_c) X(Scan) X(Scan_c) X(Exscan) X(Exscan_c) X(sched_yield)
+    X(Reduce_scatter_block_c) X(Scan) X(Scan_c) X(Exscan) X(Exscan_c) X(Win_create) X(Win_create_c) \
+    X(Win_allocate) X(Win_allocate_c) X(Win_allocate_shared) X(Win_allocate_shared_c) \
+    X(Win_create_dynamic) X(Win_free) X(Win_fence) X(Win_post) X(Win_start) X(Win_complete) \
+    X(Win_wait) X(Win_test) X(Win_lock) X(Win_unlock) X(Win_lock_all) X(Win_unlock_all) X(Win_flush) \
+    X(Win_flush_all) X(Win_flush_local) X(Win_flush_local_all) X(Win_sync) X(Put) X(Put_c) X(Get) \
+    X(Get_c) X(Accumulate) X(Accumulate_c) X(Get_accumulate) X(Get_accumulate_c) X(Fetch_and_op) \
+    X(Compare_and_swap) X(Rput) X(Rput_c) X(Rget) X(Rget_c) X(Raccumulate) X(Raccumulate_c) \
+    X(Rget_accumulate) X(Rget_accumulate_c) X(sched_yield)
 
 #define VM_FUNC_ID(name) VMF_##name,
 enum { VM_FUNCS(VM_FUNC_ID) VMF_COUNT };
