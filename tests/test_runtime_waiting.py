@@ -147,8 +147,9 @@ def test_one_sided_epochs_end(manager, tmp_path, queue):
     """MPICH waits for one-sided operations (fence, post/start/complete/wait, lock/unlock, lock_all) by
     calling UCX's progress in a loop, never sched_yield, and on one node the target's own progress
     completes them: with the target folded behind the spinning origin, every epoch hung for good. Idle
-    progress calls in a row from libmpi count as a wait. Unfolded on this node's two CPUs, 300 rounds
-    take some 30 s of MPICH's busy polling; folded, under a second."""
+    progress calls in a row from libmpi count as a wait. A rank polling a flag in a shared window with
+    MPI_Win_sync hung the same way; two MPI_Win_sync calls in a row are a failed poll. Unfolded on this
+    node's two CPUs, 300 rounds take some 30 s of MPICH's busy polling; folded, about a second."""
     exe = compile_c_program(REPO / "tests" / "c" / "rma.c", tmp_path)
     stats = tmp_path / "stats.jsonl"
     assert run_to_end(manager, exe, 300, queue, VMRT_STATS=str(stats)) == {"ok": True, "rounds": 300}

@@ -2,7 +2,8 @@
  * (MPI_Win_fence around a Put to the right neighbour), general active target (post/start/complete/wait
  * with both neighbours), passive target (an exclusive MPI_Win_lock on rank 0 around an Accumulate) and
  * a shared-memory window (MPI_Win_allocate_shared, stores and loads under MPI_Win_lock_all, ordered by
- * MPI_Win_sync and barriers). Prints {"ok": ..., "rounds": ...} on rank 0; ok: every value read was the
+ * MPI_Win_sync and barriers), and a ring of flags in a second shared window, each rank polling with
+ * MPI_Win_sync until its left neighbour's flag shows the round. Prints {"ok": ..., "rounds": ...} on rank 0; ok: every value read was the
  * one expected. Usage: rma ROUNDS */
 #include <mpi.h>
 #include <stdio.h>
@@ -36,6 +37,14 @@ int main(int argc, char **argv) {
     int unit;
     long *theirs;
     MPI_Win_shared_query(shared, (nrank + nsize - 1) % nsize, &bytes, &unit, &theirs);
+    volatile long *flag, *left_flag;
+    MPI_Win flags;
+    MPI_Win_allocate_shared(sizeof(long), sizeof(long), MPI_INFO_NULL, node, (void *)&flag, &flags);
+    MPI_Win_shared_query(flags, (nrank + nsize - 1) % nsize, &bytes, &unit, (void *)&left_flag);
+    *flag = -1;
+    MPI_Win_lock_all(0, flags);
+    MPI_Win_sync(flags);
+    MPI_Barrier(node);
 
     for (long i = 0; i < rounds; i++) {
         long v = rank * 100000 + i, one = 1;
@@ -64,13 +73,21 @@ int main(int argc, char **argv) {
         ok &= *theirs == ((nrank + nsize - 1) % nsize) * 100000 + i;
         MPI_Win_unlock_all(shared);
         MPI_Barrier(node);
+
+        if (nrank == 0) *flag = i;
+        MPI_Win_sync(flags);
+        while (*left_flag < i) MPI_Win_sync(flags); /* rank 0: until the round has gone all the way */
+        if (nrank != 0) *flag = i;
+        MPI_Win_sync(flags);
     }
+    MPI_Win_unlock_all(flags);
     MPI_Barrier(MPI_COMM_WORLD);
     if (rank == 0) {
         MPI_Win_lock(MPI_LOCK_SHARED, 0, 0, counter);
         ok &= count == rounds * size;
         MPI_Win_unlock(0, counter);
     }
+    MPI_Win_free(&flags);
     MPI_Win_free(&shared);
     MPI_Win_free(&counter);
     MPI_Win_free(&win);

@@ -624,7 +624,6 @@ THROUGH(Win_flush, (int rank, MPI_Win win), rank, win)
 THROUGH(Win_flush_all, (MPI_Win win), win)
 THROUGH(Win_flush_local, (int rank, MPI_Win win), rank, win)
 THROUGH(Win_flush_local_all, (MPI_Win win), win)
-THROUGH(Win_sync, (MPI_Win win), win)
 THROUGH(Put, (const void *origin_addr, int origin_count, MPI_Datatype origin_datatype, int target_rank,
      MPI_Aint target_disp, int target_count, MPI_Datatype target_datatype, MPI_Win win), origin_addr,
      origin_count, origin_datatype, target_rank, target_disp, target_count, target_datatype, win)
@@ -701,5 +700,20 @@ int MPI_Win_test(MPI_Win win, int *flag) {
     vm_enter(VMF_Win_test);
     int rc = PMPI_Win_test(win, flag);
     if (rc == MPI_SUCCESS) polled(*flag);
+    return rc;
+}
+
+/* MPI_Win_sync in a loop is how a program waits for a flag in a shared-memory window (loads and stores,
+ * no message): two calls with no other MPI call between them are a poll that failed, and the rank gives
+ * way as one polling with MPI_Test does. Otherwise the rank that is to set the flag never got the CPU:
+ * such a loop, 4 ranks on one CPU, hung for good (tests/c/rma.c). */
+int MPI_Win_sync(MPI_Win win) {
+    static uint64_t after_last; /* mpi_calls just after this rank's last MPI_Win_sync */
+    vm_enter(VMF_Win_sync);
+    int rc = PMPI_Win_sync(win);
+    if (CTL) {
+        if (vm.me->mpi_calls == after_last + 1) vm_poll_failed();
+        after_last = vm.me->mpi_calls;
+    }
     return rc;
 }
