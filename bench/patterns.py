@@ -319,7 +319,12 @@ def draw(rows: list[dict], rs: list[dict[str, float]], path: Path) -> None:
     labels = [f"{r['program']} {r['ranks']}x{r['cpus']}" for r in rows]
     fig, ax = plt.subplots(figsize=(max(8, len(rows) * 0.35), 4.5))
     x = range(len(rows))
-    ax.bar([i - 0.2 for i in x], [r["default_vs_taskset"] for r in rs], 0.4, label="default / taskset split")
+    bars = ax.bar([i - 0.2 for i in x], [r["default_vs_taskset"] for r in rs], 0.4, label="default / taskset split")
+    for bar, row in zip(bars, rows, strict=True):
+        if "taskset" in row.get("capped", ()):  # an upper bound: the taskset run was stopped at the cap
+            bar.set_hatch("//")
+            top = (bar.get_x() + bar.get_width() / 2, bar.get_height())
+            ax.annotate("<", top, ha="center", va="bottom", fontsize=7)
     ax.bar([i + 0.2 for i in x], [r["default_vs_best"] for r in rs], 0.4, label="default / best vmsched way")
     ax.axhline(1.1, color="red", lw=0.8, ls="--", label="1.1")
     ax.set_xticks(list(x), labels, rotation=75, fontsize=7)
