@@ -3,11 +3,12 @@
  *     patterns PATTERN ITERS WORK
  *
  * PATTERN: ring (rank r sends to r+1), ring-rev (to r-1), pipeline, master-worker, halo2d, alltoall,
- * random-pairs, tree, halo-rma (a 1-D halo exchanged by MPI_Put between MPI_Win_fence calls). ITERS: rounds; WORK: compute units per rank per round (one unit is a fixed
- * number of arithmetic steps). Rank 0 prints one JSON line: {"pattern", "ok", "checksum",
- * "elapsed_s"}. "ok" is the program's own check (every token, item, task and reduction arrived and
- * adds up); "checksum" depends on the pattern, ITERS, WORK and the rank count only, never on how the
- * ranks were scheduled, so a folded run must print the checksum of the unfolded one.
+ * random-pairs, tree, halo-rma (a 1-D halo exchanged by MPI_Put between MPI_Win_fence calls). ITERS:
+ * rounds; WORK: compute units per rank per round (one unit is a fixed number of arithmetic steps).
+ * Rank 0 prints one JSON line: {"pattern", "ok", "checksum", "elapsed_s"}. "ok" is the program's own
+ * check (every token, item, task and reduction arrived and adds up); "checksum" depends on the
+ * pattern, ITERS, WORK and the rank count only, never on how the ranks were scheduled, so a folded run
+ * must print the checksum of the unfolded one.
  */
 #include <mpi.h>
 #include <stdint.h>

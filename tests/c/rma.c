@@ -3,8 +3,8 @@
  * with both neighbours), passive target (an exclusive MPI_Win_lock on rank 0 around an Accumulate) and
  * a shared-memory window (MPI_Win_allocate_shared, stores and loads under MPI_Win_lock_all, ordered by
  * MPI_Win_sync and barriers), and a ring of flags in a second shared window, each rank polling with
- * MPI_Win_sync until its left neighbour's flag shows the round. Prints {"ok": ..., "rounds": ...} on rank 0; ok: every value read was the
- * one expected. Usage: rma ROUNDS */
+ * MPI_Win_sync until its left neighbour's flag shows the round. Prints {"ok": ..., "rounds": ...} on
+ * rank 0; ok: every value read was the one expected. Usage: rma ROUNDS */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>

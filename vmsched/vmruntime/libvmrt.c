@@ -889,7 +889,8 @@ unsigned ucp_worker_progress(void *worker) {
     uintptr_t caller = (uintptr_t)__builtin_return_address(0);
     unsigned events = real(worker);
     /* A wrapper's own wait loop (blocked, and not opaque) hands the token on itself, knowing for what. */
-    if (events || !mpi_thread || caller < mpi_text_lo || caller >= mpi_text_hi || (vm.wait.blocked && !vm.wait.opaque)) {
+    if (events || !mpi_thread || caller < mpi_text_lo || caller >= mpi_text_hi ||
+        (vm.wait.blocked && !vm.wait.opaque)) {
         idle_progress = 0;
         return events;
     }
@@ -1052,13 +1053,13 @@ static void write_stats(const char *why) {
     int n = snprintf(buf, sizeof buf,
                      "{\"rank\":%d,\"pid\":%d,\"job\":%d,\"mode\":\"%s\",\"end\":\"%s\",\"mpi_calls\":%llu,"
                      "\"blocking_calls\":%llu,\"ctx_switches\":%llu,\"yields\":%lu,\"sleeps\":%lu,\"claims\":%lu,"
-                     "\"lock_yields\":%lu,\"other_yields\":%lu,\"repolls\":%lu,\"starved_handoffs\":%lu,\"generations\":%u,"
-                     "\"idle_progress_waits\":%lu,\"off\":\"%s\","
+                     "\"lock_yields\":%lu,\"other_yields\":%lu,\"repolls\":%lu,\"starved_handoffs\":%lu,"
+                     "\"generations\":%u,\"idle_progress_waits\":%lu,\"off\":\"%s\","
                      "\"reclaimed\":%u,\"unconsumed\":%lld,\"calls\":{",
                      vm.rank, (int)vm.pid, (int)vm.job_id, mode, why, (unsigned long long)vm.me->mpi_calls,
                      (unsigned long long)vm.me->blocking_calls, (unsigned long long)vm.me->ctx_switches, yields, sleeps,
-                     claims, lock_yields, other_yields, repolls, starved_handoffs, generations, idle_progresses, off_why, reclaimed,
-                     (long long)__atomic_load_n(&vm.me->unconsumed, __ATOMIC_RELAXED));
+                     claims, lock_yields, other_yields, repolls, starved_handoffs, generations, idle_progresses,
+                     off_why, reclaimed, (long long)__atomic_load_n(&vm.me->unconsumed, __ATOMIC_RELAXED));
     static const char *names[] = {
 #define VM_FUNC_NAME(name) #name,
         VM_FUNCS(VM_FUNC_NAME)

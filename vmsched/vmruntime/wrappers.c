@@ -515,7 +515,9 @@ int MPI_Request_free(MPI_Request *rq) {
  * calls. While it waits, MPICH calls sched_yield in its progress loop; in CTL mode the runtime's
  * sched_yield hands the token on there (like the thesis's sginap wrapper). */
 
-#define THROUGH(NAME, PARAMS, ...)                                                                          \
+/* A wrapper that counts the call, waits for the token, and calls the PMPI function as it is (the
+ * collectives here and the one-sided calls below). */
+#define THROUGH(NAME, PARAMS, ...)                                                                     \
     int MPI_##NAME PARAMS {                                                                            \
         vm_enter(VMF_##NAME);                                                                          \
         return PMPI_##NAME(__VA_ARGS__);                                                               \
@@ -599,16 +601,16 @@ THROUGH(Exscan_c, (SB, RB, MPI_Count count, MPI_Datatype dt, MPI_Op op, MPI_Comm
 
 THROUGH(Win_create, (void *base, MPI_Aint size, int disp_unit, MPI_Info info, MPI_Comm comm, MPI_Win *win),
      base, size, disp_unit, info, comm, win)
-THROUGH(Win_create_c, (void *base, MPI_Aint size, MPI_Aint disp_unit, MPI_Info info, MPI_Comm comm, MPI_Win
-     *win), base, size, disp_unit, info, comm, win)
-THROUGH(Win_allocate, (MPI_Aint size, int disp_unit, MPI_Info info, MPI_Comm comm, void *baseptr, MPI_Win
-     *win), size, disp_unit, info, comm, baseptr, win)
+THROUGH(Win_create_c, (void *base, MPI_Aint size, MPI_Aint disp_unit, MPI_Info info, MPI_Comm comm,
+     MPI_Win *win), base, size, disp_unit, info, comm, win)
+THROUGH(Win_allocate, (MPI_Aint size, int disp_unit, MPI_Info info, MPI_Comm comm, void *baseptr,
+     MPI_Win *win), size, disp_unit, info, comm, baseptr, win)
 THROUGH(Win_allocate_c, (MPI_Aint size, MPI_Aint disp_unit, MPI_Info info, MPI_Comm comm, void *baseptr,
      MPI_Win *win), size, disp_unit, info, comm, baseptr, win)
 THROUGH(Win_allocate_shared, (MPI_Aint size, int disp_unit, MPI_Info info, MPI_Comm comm, void *baseptr,
      MPI_Win *win), size, disp_unit, info, comm, baseptr, win)
-THROUGH(Win_allocate_shared_c, (MPI_Aint size, MPI_Aint disp_unit, MPI_Info info, MPI_Comm comm, void
-     *baseptr, MPI_Win *win), size, disp_unit, info, comm, baseptr, win)
+THROUGH(Win_allocate_shared_c, (MPI_Aint size, MPI_Aint disp_unit, MPI_Info info, MPI_Comm comm,
+     void *baseptr, MPI_Win *win), size, disp_unit, info, comm, baseptr, win)
 THROUGH(Win_create_dynamic, (MPI_Info info, MPI_Comm comm, MPI_Win *win), info, comm, win)
 THROUGH(Win_free, (MPI_Win *win), win)
 THROUGH(Win_fence, (int mode, MPI_Win win), mode, win)
