@@ -19,6 +19,26 @@ BIN = Path(sys.executable).parent
 REPO = Path(__file__).resolve().parents[1]
 
 
+def _shared_data() -> Path:
+    """The project's trace data, read in place and never copied into the repo: ../shared/data beside the
+    checkout, or, in a clone made elsewhere (`git clone . /tmp/x`, as CI does), beside the checkout it
+    was cloned from. VMSCHED_SHARED_DATA overrides both. When none exists, the tests that read it fail,
+    naming the first path."""
+    if os.environ.get("VMSCHED_SHARED_DATA"):
+        return Path(os.environ["VMSCHED_SHARED_DATA"])
+    beside = REPO.parent / "shared" / "data"
+    origin = subprocess.run(["git", "-C", str(REPO), "remote", "get-url", "origin"], capture_output=True, text=True)
+    source = Path(origin.stdout.strip()) if origin.returncode == 0 and origin.stdout.strip() else None
+    if not beside.is_dir() and source is not None and source.is_dir():  # a clone of a local checkout
+        cloned_from = source.resolve().parent / "shared" / "data"
+        if cloned_from.is_dir():
+            return cloned_from
+    return beside
+
+
+SHARED_DATA = _shared_data()
+
+
 def wait_for(predicate, timeout: float = 10.0, interval: float = 0.005, what: str = "condition"):
     """Poll `predicate` until it returns a truthy value; fail the test with `what` on timeout."""
     deadline = time.monotonic() + timeout

@@ -4,10 +4,10 @@
 from __future__ import annotations
 
 import random
-from pathlib import Path
 
 import pytest
 
+from tests.conftest import SHARED_DATA
 from tests.textbook import conservative, easy
 from vmsched.launcher.policy import parse_policy_spec
 from vmsched.launcher.policy.snapshot import QueuedJob
@@ -15,7 +15,7 @@ from vmsched.sim.engine import simulate
 from vmsched.sim.workload import from_swf
 from vmsched.workloads.swf import read_swf
 
-LUBLIN = Path(__file__).resolve().parents[2] / "shared" / "data" / "lublin_256.swf"
+LUBLIN = SHARED_DATA / "lublin_256.swf"
 
 
 def _vmsim_starts(jobs: list[tuple[int, float, float, int]], ncpus: int, spec: str) -> dict[int, float]:

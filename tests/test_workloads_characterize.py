@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import SHARED_DATA
 from vmsched.workloads.characterize import (
     CLASSES,
     DEFAULT_START_DESCRIPTION,
@@ -21,7 +22,7 @@ from vmsched.workloads.characterize import (
 from vmsched.workloads.errors import WorkloadError
 from vmsched.workloads.swf import parse_swf, read_swf
 
-LUBLIN = Path(__file__).resolve().parents[2] / "shared" / "data" / "lublin_256.swf"
+LUBLIN = SHARED_DATA / "lublin_256.swf"
 
 
 def _raw_jobs(path: Path) -> list[list[float]]:

@@ -9,12 +9,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import SHARED_DATA
 from vmsched.workloads.cli import main
 from vmsched.workloads.params import read_params_dir
 from vmsched.workloads.swf import read_swf
 
 ROOT = Path(__file__).resolve().parents[1]
-LUBLIN = Path(__file__).resolve().parents[2] / "shared" / "data" / "lublin_256.swf"
+LUBLIN = SHARED_DATA / "lublin_256.swf"
 EXAMPLES = ROOT / "vmsched" / "workloads" / "examples"
 
 RESULT_A = """; MaxProcs: 2

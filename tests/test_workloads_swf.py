@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.conftest import SHARED_DATA
 from vmsched.workloads.errors import WorkloadError
 from vmsched.workloads.swf import (
     FIELD_NAMES,
@@ -26,7 +27,7 @@ from vmsched.workloads.swf import (
     write_swf,
 )
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+DATA = SHARED_DATA
 LUBLIN = DATA / "lublin_256.swf"
 
 
