@@ -1,13 +1,13 @@
-"""Load Balancing Detector: an imbalanced job (send.50x6) and a balanced one run folded (4 ranks on the
-2 CPUs, MPL 2) on a fixed local queue, a fixed global queue, and under the LBD (starts global, decides
-at run time), in one invocation. Target: LBD within 5 % of the better fixed choice for each job.
-The jobs run about 6 s, so that the LBD's measuring phase (about half a second on the global queue) is
-a small part of them, as it is for real jobs.
+"""Load Balancing Detector: an imbalanced job (send.50x6) and a balanced one run folded (MPL 2 on all the
+CPUs of the node: 4 ranks on 2 CPUs, 32 on 16) on a fixed local queue, a fixed global queue, and under
+the LBD (starts global, decides at run time), in one invocation. Target: LBD within 5 % of the better
+fixed choice for each job. The jobs run about 6 s, so that the LBD's measuring phase (about half a
+second on the global queue) is a small part of them, as it is for real jobs.
 
 Workload: `vmsched.apps.send` (class S). The LBD's decision and figures are read from the CPU manager's
 log.
 
-    python bench/lbd.py [--reps 2]
+    python bench/lbd.py [--reps 2] [--cpus 16]
 """
 
 from __future__ import annotations
@@ -16,14 +16,14 @@ import argparse
 import json
 import os
 import re
+import signal
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from vmsched.vmruntime.testing import Manager, vmrun_cmd  # noqa: E402
+from vmsched.vmruntime.testing import Manager, cpu_list, node_cpus, run_to_end, vmrun_cmd  # noqa: E402
 
 JOBS = {
     "send.50x6": [sys.executable, "-m", "vmsched.apps.send", "-c", "S", "--variant", "50x6", "--iters", "120"],
@@ -45,24 +45,39 @@ def elapsed(stdout: str) -> float:
     return float(d["elapsed_s"])
 
 
+def run_job(cmd: list[str], env: dict[str, str], what: str) -> str:
+    res = run_to_end(cmd, env)
+    if res is None or res.returncode != 0:
+        raise RuntimeError(f"{what} failed: {'did not end in 900 s' if res is None else res.stderr[-2000:]}")
+    return res.stdout
+
+
 def main() -> int:
+    # SIGTERM unwinds like Ctrl-C: the jobs, the private CPU manager and its state directory are cleaned up.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--reps", type=int, default=2)
+    p.add_argument("--cpus", type=int, help="CPUs of the node to use (default: all this process may run on)")
     args = p.parse_args()
+    node = node_cpus()
+    if args.cpus is not None and not 1 <= args.cpus <= len(node):
+        p.error(f"--cpus must be 1 to {len(node)} on this node, not {args.cpus}")
+    cpus = node[: args.cpus or len(node)]
+    nranks = 2 * len(cpus)
     times: dict[tuple[str, str], list[float]] = {(j, q): [] for j in JOBS for q in QUEUES}
     decisions: dict[str, list[str]] = {j: [] for j in JOBS}
     load0 = os.getloadavg()[0]
     job_id = 7000
-    with Manager(cpus="0-1") as m:
+    with Manager(cpus=cpu_list(cpus)) as m:
         for _ in range(args.reps):
             for name, cmd in JOBS.items():
                 for q in QUEUES:
                     job_id += 1
-                    res = subprocess.run(vmrun_cmd(m.state_dir, 4, 2, cmd, queue=q, job_id=job_id), env=m.env(),
-                                         capture_output=True, text=True, timeout=900)  # fmt: skip
-                    if res.returncode != 0:
-                        raise RuntimeError(f"{name} on {q} failed: {res.stderr[-2000:]}")
-                    times[(name, q)].append(elapsed(res.stdout))
+                    out = run_job(
+                        vmrun_cmd(m.state_dir, nranks, 2, cmd, queue=q, job_id=job_id), m.env(), f"{name} on {q}"
+                    )
+                    times[(name, q)].append(elapsed(out))
+                    print(f"  {name} on {q}: {times[(name, q)][-1]:.3f} s", flush=True)
                     if q == "lbd":  # every decision of the run: the first, then re-decisions
                         hits = re.findall(rf"action=lbd_decision job={job_id} cvcs=[0-9.]+ ip=([0-9.e-]+) queue=(\w+)",
                                           m.log_path.read_text())  # fmt: skip
@@ -71,11 +86,12 @@ def main() -> int:
     load1 = os.getloadavg()[0]
     src = "vmsched.apps.send"
     print(
-        f"{src}: 4 ranks on 2 CPUs (MPL 2), median of {args.reps} runs; load average {load0:.1f} -> {load1:.1f} "
-        "(shared machine)"
+        f"{src}: {nranks} ranks on {len(cpus)} CPUs (MPL 2), median of {args.reps} runs; "
+        f"load average {load0:.1f} -> {load1:.1f} (shared machine)"
     )
     print(f"{'job':<10} {'local s':>8} {'global s':>9} {'lbd s':>7} {'lbd/best':>9}   LBD decisions")
-    figures: dict[str, float] = {"loadavg_start": round(load0, 2), "loadavg_end": round(load1, 2)}
+    figures: dict[str, float] = {"ranks": nranks, "cpus": len(cpus), "loadavg_start": round(load0, 2),
+                                 "loadavg_end": round(load1, 2)}  # fmt: skip
     for name in JOBS:
         med = {q: statistics.median(times[(name, q)]) for q in QUEUES}
         best = min(med["local"], med["global"])

@@ -4,8 +4,10 @@ Programs: the plain-MPI C programs of bench/patterns/patterns.c (ring in both di
 master-worker with uneven tasks, a 2-D halo exchange, all-to-all, random pairs, a hand-made reduction
 tree; written as any MPI user would, knowing nothing of vmsched) and the apps of vmsched/apps.
 
-Shapes: MPL 2 and 4 on one and on two CPUs (2 ranks on 1 CPU, 4 on 1, 4 on 2, 8 on 2). A job on one
-CPU runs beside a compute-bound job (2 ranks) that holds the other CPU, as on a shared node.
+Shapes: MPL 2 and 4 on one and on two CPUs (2 ranks on 1 CPU, 4 on 1, 4 on 2, 8 on 2); --shapes
+takes others (16x8, 32x8 on a 16-core node). The node is the CPUs this process may run on; a job that
+does not fill it runs beside a compute-bound job (2 ranks per CPU) that holds the rest, as on a shared
+node: on 2 CPUs, a job on one CPU beside 2 compute ranks on the other.
 
 Ways, per program and shape, in one invocation:
 - vmsched: under a private CPU manager with vmrun - `default` (no options), each global-queue
@@ -15,8 +17,8 @@ Ways, per program and shape, in one invocation:
 - `mpich-yield`: plain mpiexec with MPICH's own yielding (MPIR_CVAR_POLLS_BEFORE_YIELD=1,
   MPIR_CVAR_ENABLE_HEAVY_YIELD=1), on the job's CPUs by taskset;
 - `taskset`: plain mpiexec on the job's CPUs, split by hand from the compute job (the reference);
-- `timesharing`: plain mpiexec for both jobs, no pinning (one-CPU shapes only; on two CPUs it is
-  `taskset`).
+- `timesharing`: plain mpiexec for both jobs, no pinning (only where the job does not fill the node:
+  a job alone on it is the `taskset` way).
 
 Each case runs at least --min-s seconds folded: the run with default options is made first and the
 iteration count scaled until it takes that long; every way then runs the same count. Every result is
@@ -54,9 +56,12 @@ from vmsched.vmruntime.testing import (  # noqa: E402
     PY,
     Manager,
     compile_c_program,
+    cpu_list,
     end_job,
     mpiexec,
+    node_cpus,
     rank_pids,
+    run_to_end,
     selftest_cmd,
     vmrun_cmd,
 )
@@ -66,6 +71,7 @@ HEURISTICS = ("progress", "sender", "unconsumed", "affinity", "rr")
 VMSCHED_WAYS = ("default", *HEURISTICS, "local", "sleep")
 PLAIN_WAYS = ("mpich-yield", "taskset", "timesharing")
 SHAPES = ((2, 1), (4, 1), (4, 2), (8, 2))  # (ranks, CPUs)
+NODE = node_cpus()
 COMPUTE = selftest_cmd("send", "--variant", "50x1", "--iters", "1000000", "--work", "50")  # runs until stopped
 MPICH_YIELD = {"MPIR_CVAR_POLLS_BEFORE_YIELD": "1", "MPIR_CVAR_ENABLE_HEAVY_YIELD": "1"}
 
@@ -118,38 +124,31 @@ class Program:
 
 
 def run(cmd: list[str], prog: Program, env: dict[str, str] | None = None, cap: float | None = None) -> Run:
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    try:
-        stdout, stderr = proc.communicate(timeout=cap or 600)
-    except subprocess.TimeoutExpired:
-        end_job(proc, signal.SIGKILL)
+    res = run_to_end(cmd, env, cap or 600)
+    if res is None:
         if cap is None:
-            raise
+            raise RuntimeError(f"{' '.join(cmd)} did not end in 600 s")
         return Run(True, "", cap, capped=True)
-    except BaseException:
-        # Interrupted (Ctrl-C, SIGTERM, the timeout): not only mpiexec but its ranks, and the MPICH
-        # segment they leave, must go (subprocess.run would kill mpiexec alone).
-        end_job(proc, signal.SIGKILL)
-        raise
-    if proc.returncode not in (0, 1):
-        raise RuntimeError(f"{' '.join(cmd)} exited {proc.returncode}: {stderr[-1500:]}")
-    return prog.parse(stdout)
+    if res.returncode not in (0, 1):
+        raise RuntimeError(f"{' '.join(cmd)} exited {res.returncode}: {res.stderr[-1500:]}")
+    return prog.parse(res.stdout)
 
 
-def start_compute(cmd: list[str], env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+def start_compute(cmd: list[str], nranks: int, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
     comp = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 30
-    while len(rank_pids(comp.pid)) < 2 and time.monotonic() < deadline:
+    while len(rank_pids(comp.pid)) < nranks and time.monotonic() < deadline:
         time.sleep(0.02)
     time.sleep(0.5)  # past start-up, computing
     return comp
 
 
 def plain(prog: Program, nranks: int, cpus: int, way: str, cap: float) -> Run:
-    mine, other = ("0", "1") if cpus == 1 else ("0-1", None)
+    mine, other = NODE[:cpus], NODE[cpus:]  # the job's CPUs and the compute job's
     env = {**os.environ, **MPICH_YIELD} if way == "mpich-yield" else None
-    pin = (lambda c: []) if way == "timesharing" else (lambda c: ["taskset", "-c", c])  # noqa: E731
-    comp = start_compute([*pin(other), mpiexec(), "-n", "2", *COMPUTE]) if other else None
+    pin = (lambda c: []) if way == "timesharing" else (lambda c: ["taskset", "-c", cpu_list(c)])  # noqa: E731
+    n = 2 * len(other)
+    comp = start_compute([*pin(other), mpiexec(), "-n", str(n), *COMPUTE], n) if other else None
     try:
         return run([*pin(mine), mpiexec(), "-n", str(nranks), *prog.argv()], prog, env, cap)
     finally:
@@ -158,7 +157,8 @@ def plain(prog: Program, nranks: int, cpus: int, way: str, cap: float) -> Run:
 
 
 def folded(m: Manager, prog: Program, nranks: int, cpus: int, way: str) -> Run:
-    comp = start_compute(vmrun_cmd(m.state_dir, 2, 2, COMPUTE, queue="local"), m.env()) if cpus == 1 else None
+    n = 2 * (len(NODE) - cpus)  # the compute job holds the rest of the node at MPL 2
+    comp = start_compute(vmrun_cmd(m.state_dir, n, 2, COMPUTE, queue="local"), n, m.env()) if n else None
     opts: dict[str, str] = {}
     if way == "local":
         opts["queue"] = "local"
@@ -202,7 +202,15 @@ def main() -> int:
     if args.reps < 1:
         p.error(f"--reps must be at least 1, not {args.reps}")
     names = args.programs.split(",") if args.programs else [*PATTERNS, *APPS]
-    shapes = [tuple(map(int, s.split("x"))) for s in args.shapes.split(",")] if args.shapes else list(SHAPES)
+    try:
+        shapes = [tuple(map(int, s.split("x"))) for s in args.shapes.split(",")] if args.shapes else list(SHAPES)
+        if any(len(shape) != 2 for shape in shapes):
+            raise ValueError
+    except ValueError:
+        p.error(f"--shapes {args.shapes!r}: expected RANKSxCPUS,... (e.g. 4x1,8x2)")
+    for nranks, cpus in shapes:
+        if not 1 <= cpus <= len(NODE) or nranks < cpus:
+            p.error(f"shape {nranks}x{cpus}: needs 1 to {len(NODE)} CPUs (this node) and a rank per CPU at least")
     ways = [*VMSCHED_WAYS, *PLAIN_WAYS]
     if args.quick:
         shapes, ways = [(4, 1)], ["default", "progress", "sender", "local", "taskset"]
@@ -219,7 +227,7 @@ def main() -> int:
                 p.error(f"unknown program {n!r}; patterns: {', '.join(PATTERNS)}; apps: {', '.join(APPS)}")
             programs.append(Program(n, None if n in APPS else exe))
         rows = []
-        with Manager(cpus="0-1") as m:
+        with Manager(cpus=cpu_list(NODE)) as m:
             for prog in programs:
                 for nranks, cpus in shapes:
                     if not prog.allows(nranks):
@@ -232,7 +240,7 @@ def main() -> int:
                     # runs, so one run per way biases default/best upward by the noise alone.
                     for rnd in range(args.reps):
                         for way in order:
-                            if (way == "timesharing" and cpus == 2) or len(runs.get(way, ())) > rnd:
+                            if (way == "timesharing" and cpus == len(NODE)) or len(runs.get(way, ())) > rnd:
                                 continue
                             if runs.get(way) and runs[way][-1].capped:  # once stopped, not run again
                                 runs[way].append(runs[way][-1])

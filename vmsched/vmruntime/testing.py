@@ -166,6 +166,16 @@ def vmrun_cmd(state_dir: Path, nranks: int, max_mpl: int, command: list[str], qu
     return [*cmd, "--", *command]
 
 
+def node_cpus() -> tuple[int, ...]:
+    """The CPUs this process may run on: the node that a benchmark splits between its jobs."""
+    return tuple(sorted(os.sched_getaffinity(0)))
+
+
+def cpu_list(cpus: tuple[int, ...] | list[int]) -> str:
+    """(0, 1, 5) -> '0,1,5', for taskset -c and the CPU manager's --cpus."""
+    return ",".join(map(str, cpus))
+
+
 def selftest_cmd(mode: str, *args: str) -> list[str]:
     return [PY, "-m", "vmsched.vmruntime.selftest", mode, *args]
 
@@ -211,6 +221,23 @@ def descendants(root_pid: int) -> list[psutil.Process]:
         return psutil.Process(root_pid).children(recursive=True)
     except psutil.Error:
         return []
+
+
+def run_to_end(cmd: list[str], env: dict[str, str] | None = None,
+               timeout: float = 900) -> subprocess.CompletedProcess[str] | None:  # fmt: skip
+    """Run a job (mpiexec or vmrun) to its end and return what it printed; None if it was stopped at
+    `timeout`. Stopped or interrupted (Ctrl-C, SIGTERM), its ranks and the MPICH segments they leave go
+    too: subprocess.run would kill mpiexec alone."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        end_job(proc, signal.SIGKILL)
+        return None
+    except BaseException:
+        end_job(proc, signal.SIGKILL)
+        raise
+    return subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr)
 
 
 def end_job(proc: subprocess.Popen, sig: int = signal.SIGTERM) -> None:
