@@ -2,7 +2,8 @@
 
 Programs: the plain-MPI C programs of bench/patterns/patterns.c (ring in both directions, a pipeline,
 master-worker with uneven tasks, a 2-D halo exchange, all-to-all, random pairs, a hand-made reduction
-tree; written as any MPI user would, knowing nothing of vmsched) and the apps of vmsched/apps.
+tree, a 1-D halo by one-sided puts and by persistent requests; written as any MPI user would, knowing
+nothing of vmsched) and the apps of vmsched/apps.
 
 Shapes: MPL 2 and 4 on one and on two CPUs (2 ranks on 1 CPU, 4 on 1, 4 on 2, 8 on 2); --shapes
 takes others (16x8, 32x8 on a 16-core node). The node is the CPUs this process may run on; a job that
@@ -79,7 +80,7 @@ MPICH_YIELD = {"MPIR_CVAR_POLLS_BEFORE_YIELD": "1", "MPIR_CVAR_ENABLE_HEAVY_YIEL
 PATTERNS = {
     "ring": (20000, 0), "ring-rev": (20000, 0), "pipeline": (20000, 1), "master-worker": (2000, 5),
     "halo2d": (2000, 2), "alltoall": (5000, 1), "random-pairs": (10000, 1), "tree": (10000, 1),
-    "halo-rma": (2000, 1),
+    "halo-rma": (2000, 1), "halo-persist": (20000, 1),
 }  # fmt: skip
 # A plain run may take this many times as long as the default run, and at least CAP_MIN_S, before it is
 # stopped: MPICH's one-sided synchronization spins without yielding, and halo-rma oversubscribed by hand

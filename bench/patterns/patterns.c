@@ -3,7 +3,8 @@
  *     patterns PATTERN ITERS WORK
  *
  * PATTERN: ring (rank r sends to r+1), ring-rev (to r-1), pipeline, master-worker, halo2d, alltoall,
- * random-pairs, tree, halo-rma (a 1-D halo exchanged by MPI_Put between MPI_Win_fence calls). ITERS:
+ * random-pairs, tree, halo-rma (a 1-D halo exchanged by MPI_Put between MPI_Win_fence calls),
+ * halo-persist (the same stencil, its halo exchanged by persistent requests). ITERS:
  * rounds; WORK: compute units per rank per round (one unit is a fixed number of arithmetic steps).
  * Rank 0 prints one JSON line: {"pattern", "ok", "checksum", "elapsed_s"}. "ok" is the program's own
  * check (every token, item, task and reduction arrived and adds up); "checksum" depends on the
@@ -233,7 +234,22 @@ static uint64_t random_pairs(long iters, long work) {
     return agreed_sum(acc, ok);
 }
 
-#define N1 4096 /* cells per rank of the 1-D one-sided stencil */
+#define N1 4096 /* cells per rank of the 1-D stencils */
+
+/* One step of the 1-D stencil on u[1..N1] (ghost cells u[0], u[N1+1] filled), through v. */
+static void stencil1(int64_t *u, int64_t *v) {
+    for (int i = 1; i <= N1; i++) v[i] = (u[i - 1] + 2 * u[i] + u[i + 1]) % 1000003;
+    memcpy(&u[1], &v[1], sizeof(int64_t) * N1);
+}
+
+/* The 1-D stencil's result: its cells weighted by global index, summed, with every rank's work mixed in. */
+static uint64_t stencil1_sum(const int64_t *u, uint64_t acc) {
+    uint64_t local = 0, total = 0, accs = 0;
+    for (int i = 1; i <= N1; i++) local += (uint64_t)u[i] * (uint64_t)(rank * N1 + i);
+    MPI_Allreduce(&local, &total, 1, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
+    MPI_Allreduce(&acc, &accs, 1, MPI_UINT64_T, MPI_BXOR, MPI_COMM_WORLD);
+    return total ^ accs;
+}
 
 /* A 1-D stencil whose halo is exchanged one-sidedly, as codes written for RMA do it: each round every
  * rank puts its edge cells into its neighbours' ghost cells between two MPI_Win_fence calls. */
@@ -249,17 +265,38 @@ static uint64_t halo_rma(long iters, long work) {
         MPI_Put(&u[1], 1, MPI_INT64_T, left, N1 + 1, 1, MPI_INT64_T, win); /* my first cell: left's right ghost */
         MPI_Put(&u[N1], 1, MPI_INT64_T, right, 0, 1, MPI_INT64_T, win);    /* my last cell: right's left ghost */
         MPI_Win_fence(MPI_MODE_NOSUCCEED, win);
-        for (int i = 1; i <= N1; i++) v[i] = (u[i - 1] + 2 * u[i] + u[i + 1]) % 1000003;
-        memcpy(&u[1], &v[1], sizeof(int64_t) * N1);
+        stencil1(u, v);
         acc ^= compute(work, (uint64_t)(it * size + rank));
     }
-    uint64_t local = 0, total = 0, accs = 0;
-    for (int i = 1; i <= N1; i++) local += (uint64_t)u[i] * (uint64_t)(rank * N1 + i);
     MPI_Win_free(&win);
+    uint64_t sum = stencil1_sum(u, acc);
     free(u), free(v);
-    MPI_Allreduce(&local, &total, 1, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
-    MPI_Allreduce(&acc, &accs, 1, MPI_UINT64_T, MPI_BXOR, MPI_COMM_WORLD);
-    return total ^ accs;
+    return sum;
+}
+
+/* The same stencil with its halo exchanged by persistent requests, as stencil codes set them up once
+ * (MPI_Recv_init, MPI_Send_init) and start them every round (MPI_Startall, then MPI_Waitall). Its
+ * checksum is halo-rma's. */
+static uint64_t halo_persist(long iters, long work) {
+    int64_t *u = malloc(sizeof(int64_t) * (N1 + 2)), *v = malloc(sizeof(int64_t) * (N1 + 2));
+    int left = (rank + size - 1) % size, right = (rank + 1) % size;
+    for (int i = 1; i <= N1; i++) u[i] = (int64_t)(mix((uint64_t)(rank * N1 + i)) % 1000);
+    MPI_Request rq[4];
+    MPI_Recv_init(&u[0], 1, MPI_INT64_T, left, 0, MPI_COMM_WORLD, &rq[0]);       /* left's last cell */
+    MPI_Recv_init(&u[N1 + 1], 1, MPI_INT64_T, right, 1, MPI_COMM_WORLD, &rq[1]); /* right's first cell */
+    MPI_Send_init(&u[N1], 1, MPI_INT64_T, right, 0, MPI_COMM_WORLD, &rq[2]);
+    MPI_Send_init(&u[1], 1, MPI_INT64_T, left, 1, MPI_COMM_WORLD, &rq[3]);
+    uint64_t acc = 0;
+    for (long it = 0; it < iters; it++) {
+        MPI_Startall(4, rq);
+        MPI_Waitall(4, rq, MPI_STATUSES_IGNORE);
+        stencil1(u, v);
+        acc ^= compute(work, (uint64_t)(it * size + rank));
+    }
+    for (int i = 0; i < 4; i++) MPI_Request_free(&rq[i]);
+    uint64_t sum = stencil1_sum(u, acc);
+    free(u), free(v);
+    return sum;
 }
 
 /* A binomial-tree reduction to rank 0 and a binomial-tree broadcast back, by hand, every round. */
@@ -320,6 +357,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(name, "random-pairs")) sum = random_pairs(iters, work);
     else if (!strcmp(name, "tree")) sum = tree(iters, work);
     else if (!strcmp(name, "halo-rma")) sum = halo_rma(iters, work);
+    else if (!strcmp(name, "halo-persist")) sum = halo_persist(iters, work);
     else {
         if (rank == 0) fprintf(stderr, "patterns: unknown pattern %s\n", name);
         MPI_Finalize();

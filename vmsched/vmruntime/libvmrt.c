@@ -335,8 +335,8 @@ static int is_starved(int r) {
  * tree 8x2 1.487 -> 1.139, the others within their noise. A rank blocked in a send or in a collective
  * is not passed over: the counters cannot tell whether it may go on (a pipeline's first stage waits in
  * its sends, and skipping those too was no better: 1.08-2.35 s for the reverse ring). Nor is a rank
- * every VM_RR_EVERY-th hand-off (choose_next): a message the counters do not see (a persistent send,
- * a sender on another node) leaves its receiver looking starved, and queue-mates waiting in a
+ * every VM_RR_EVERY-th hand-off (choose_next): a message the counters do not see (over an
+ * inter-communicator, from another node) leaves its receiver looking starved, and queue-mates waiting in a
  * collective for it passed the token between them for good (tests/c/uncounted.c). */
 static int next_local(int t, int after, int exclude, int pass_starved) {
     int p = ntokens();
@@ -984,63 +984,112 @@ void vm_count_recv(int src) {
         __atomic_fetch_sub(&e->sent_not_consumed, 1, __ATOMIC_RELAXED);
 }
 
-/* Open-addressing set of pending receive requests -> source world rank (+2; 0 = empty slot). */
+/* Open-addressing maps MPI_Request -> a positive int (0 = empty slot): the pending receives (value: source
+ * world rank + 2) and the persistent point-to-point requests (value: see vm_persist_add). Written here:
+ * a handful of loads per lookup on the hot path of every Wait/Test, with no allocation. */
 #define VM_TRACK 1024
-static MPI_Request track_req[VM_TRACK];
-static int track_src[VM_TRACK];
+struct reqmap {
+    MPI_Request req[VM_TRACK];
+    int val[VM_TRACK];
+    int n;
+};
+static struct reqmap tracked, persistent;
 
-static unsigned track_hash(MPI_Request r) { return ((unsigned)r * 2654435761u) % VM_TRACK; }
+static unsigned req_hash(MPI_Request r) { return ((unsigned)r * 2654435761u) % VM_TRACK; }
 
-static void track_insert(MPI_Request req, int src) {
-    for (unsigned i = track_hash(req), k = 0; k < VM_TRACK; k++, i = (i + 1) % VM_TRACK)
-        if (track_src[i] == 0) {
-            track_req[i] = req, track_src[i] = src + 2;
-            vm.ntracked++;
+static void map_insert(struct reqmap *m, MPI_Request req, int val) {
+    if (m->n >= VM_TRACK / 2) return; /* full enough: left uncounted, as an unwrapped call would be */
+    for (unsigned i = req_hash(req), k = 0; k < VM_TRACK; k++, i = (i + 1) % VM_TRACK)
+        if (m->val[i] == 0) {
+            m->req[i] = req, m->val[i] = val;
+            m->n++;
             return;
         }
 }
 
-void vm_track_recv(MPI_Request req, int src) {
-    if (vm.mode == VM_CTL && req != MPI_REQUEST_NULL && vm.ntracked < VM_TRACK / 2) track_insert(req, src);
-}
-
-static int track_find(MPI_Request req) {
-    if (!vm.ntracked) return -1;
-    for (unsigned i = track_hash(req), k = 0; k < VM_TRACK; k++, i = (i + 1) % VM_TRACK) {
-        if (track_src[i] == 0) return -1;
-        if (track_req[i] == req) return (int)i;
+static int map_find(const struct reqmap *m, MPI_Request req) {
+    if (!m->n) return -1;
+    for (unsigned i = req_hash(req), k = 0; k < VM_TRACK; k++, i = (i + 1) % VM_TRACK) {
+        if (m->val[i] == 0) return -1;
+        if (m->req[i] == req) return (int)i;
     }
     return -1;
 }
 
+/* Remove a request; returns its value, 0 when it was not there. */
+static int map_remove(struct reqmap *m, MPI_Request req) {
+    int i = map_find(m, req);
+    if (i < 0) return 0;
+    int val = m->val[i];
+    m->val[i] = 0;
+    m->n--;
+    /* Re-insert the rest of the cluster so that lookups never stop at the hole. */
+    for (unsigned j = ((unsigned)i + 1) % VM_TRACK; m->val[j] != 0; j = (j + 1) % VM_TRACK) {
+        int v = m->val[j];
+        m->val[j] = 0;
+        m->n--;
+        map_insert(m, m->req[j], v);
+    }
+    return val;
+}
+
+void vm_track_recv(MPI_Request req, int src) {
+    if (vm.mode == VM_CTL && req != MPI_REQUEST_NULL) {
+        map_insert(&tracked, req, src + 2);
+        vm.ntracked = tracked.n;
+    }
+}
+
 int vm_track_peek(MPI_Request req) {
-    int i = track_find(req);
-    return i < 0 ? -2 : track_src[i] - 2;
+    int i = map_find(&tracked, req);
+    return i < 0 ? -2 : tracked.val[i] - 2;
 }
 
 /* Forget a request; returns its source (-1 unknown) or -2 when it was not tracked. */
 int vm_untrack(MPI_Request req) {
-    int i = track_find(req);
-    if (i < 0) return -2;
-    int src = track_src[i] - 2;
-    track_src[i] = 0;
-    vm.ntracked--;
-    /* Re-insert the rest of the cluster so that lookups never stop at the hole. */
-    for (unsigned j = ((unsigned)i + 1) % VM_TRACK; track_src[j] != 0; j = (j + 1) % VM_TRACK) {
-        int s = track_src[j];
-        track_src[j] = 0;
-        vm.ntracked--;
-        track_insert(track_req[j], s - 2);
-    }
-    return src;
+    int v = map_remove(&tracked, req);
+    vm.ntracked = tracked.n;
+    return v - 2;
+}
+
+void vm_request_done(MPI_Request req) {
+    int src = vm_untrack(req);
+    if (src > -2) vm_count_recv(src);
 }
 
 void vm_requests_done(const MPI_Request *before, const MPI_Request *after, int n) {
     for (int i = 0; i < n && vm.ntracked; i++)
-        if (before[i] != MPI_REQUEST_NULL && after[i] == MPI_REQUEST_NULL) {
-            int src = vm_untrack(before[i]);
-            if (src > -2) vm_count_recv(src);
-        }
+        if (before[i] != MPI_REQUEST_NULL && after[i] == MPI_REQUEST_NULL) vm_request_done(before[i]);
+}
+
+/* Persistent requests: value (peer world rank + 2) * 2 + is_send, so never 0. */
+void vm_persist_add(MPI_Request req, int world_peer, int send) {
+    if (req != MPI_REQUEST_NULL) map_insert(&persistent, req, (world_peer + 2) * 2 + !!send);
+}
+
+void vm_persist_free(MPI_Request req) {
+    if (persistent.n) map_remove(&persistent, req);
+}
+
+/* Before a start: count each persistent send among them (as vm_count_send does for a nonblocking send). */
+void vm_persist_starting(const MPI_Request *reqs, int n, int undo) {
+    for (int i = 0; i < n && persistent.n; i++) {
+        int k = map_find(&persistent, reqs[i]);
+        if (k < 0 || !(persistent.val[k] & 1)) continue;
+        int dest = persistent.val[k] / 2 - 2;
+        if (undo)
+            vm_uncount_send(dest);
+        else
+            vm_count_send(dest);
+    }
+}
+
+/* After a successful start: track each persistent receive among them until it completes. */
+void vm_persist_started(const MPI_Request *reqs, int n) {
+    for (int i = 0; i < n && persistent.n; i++) {
+        int k = map_find(&persistent, reqs[i]);
+        if (k >= 0 && !(persistent.val[k] & 1)) vm_track_recv(reqs[i], persistent.val[k] / 2 - 2);
+    }
 }
 
 /* ---------------------------------------------------------------------------------------------- */

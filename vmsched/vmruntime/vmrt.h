@@ -24,7 +24,9 @@ enum { VM_OFF = 0, VM_FAST = 1, VM_CTL = 2 };
     X(Isend) X(Isend_c) X(Issend) X(Issend_c) X(Irsend) X(Irsend_c) X(Ibsend) X(Ibsend_c) \
     X(Irecv) X(Irecv_c) X(Probe) X(Iprobe) X(Mprobe) X(Improbe) X(Mrecv) X(Mrecv_c) \
     X(Imrecv) X(Imrecv_c) X(Wait) X(Waitall) X(Waitany) X(Waitsome) X(Test) X(Testall) \
-    X(Testany) X(Testsome) X(Request_free) X(Barrier) X(Bcast) X(Bcast_c) X(Reduce) X(Reduce_c) \
+    X(Testany) X(Testsome) X(Request_free) X(Send_init) X(Send_init_c) X(Ssend_init) \
+    X(Ssend_init_c) X(Rsend_init) X(Rsend_init_c) X(Bsend_init) X(Bsend_init_c) X(Recv_init) X(Recv_init_c) \
+    X(Start) X(Startall) X(Barrier) X(Bcast) X(Bcast_c) X(Reduce) X(Reduce_c) \
     X(Allreduce) X(Allreduce_c) X(Gather) X(Gather_c) X(Gatherv) X(Gatherv_c) X(Scatter) \
     X(Scatter_c) X(Scatterv) X(Scatterv_c) X(Allgather) X(Allgather_c) X(Allgatherv) \
     X(Allgatherv_c) X(Alltoall) X(Alltoall_c) X(Alltoallv) X(Alltoallv_c) X(Alltoallw) \
@@ -93,6 +95,14 @@ int vm_untrack(MPI_Request req);
 int vm_track_peek(MPI_Request req);
 /* Count the tracked receives among requests that completed (became MPI_REQUEST_NULL). */
 void vm_requests_done(const MPI_Request *before, const MPI_Request *after, int n);
+/* A request reported complete (a persistent one stays a valid handle): count it if it was tracked. */
+void vm_request_done(MPI_Request req);
+/* Persistent point-to-point requests: recorded at their init call (world_peer -1: not known), their
+ * sends counted before each start (undo: the start failed), their receives tracked after it. */
+void vm_persist_add(MPI_Request req, int world_peer, int send);
+void vm_persist_free(MPI_Request req);
+void vm_persist_starting(const MPI_Request *reqs, int n, int undo);
+void vm_persist_started(const MPI_Request *reqs, int n);
 
 /* The hot path of every wrapper: count, notice a new generation, make sure we may run. */
 static inline void vm_enter(int fid) {

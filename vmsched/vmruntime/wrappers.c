@@ -72,8 +72,14 @@ static void snap_take(struct snap *s, const MPI_Request *reqs, int n) {
     if (s->r) memcpy(s->r, reqs, sizeof(MPI_Request) * (size_t)n);
 }
 
-static void snap_done(struct snap *s, const MPI_Request *reqs, int n) {
+/* Count the tracked receives that completed: those the call reported (all of them, or the `nidx` in
+ * `idx`; a persistent request stays a valid handle), then any other that became MPI_REQUEST_NULL (an
+ * MPI_ERR_IN_STATUS return reports none). */
+static void snap_done(struct snap *s, const MPI_Request *reqs, int n, int all, const int *idx, int nidx) {
     if (!s->r) return;
+    for (int i = 0; all && i < n && vm.ntracked; i++) vm_request_done(s->r[i]);
+    for (int k = 0; !all && k < nidx && vm.ntracked; k++)
+        if (idx[k] >= 0 && idx[k] < n) vm_request_done(s->r[idx[k]]);
     vm_requests_done(s->r, reqs, n);
     if (s->r != s->small) free(s->r);
 }
@@ -373,7 +379,7 @@ int MPI_Wait(MPI_Request *rq, MPI_Status *st) {
     vm_enter(VMF_Wait);
     MPI_Request before = *rq;
     int rc = CTL ? wait1(rq, st, pending_source(rq, 1), pending_recv(rq, 1)) : PMPI_Wait(rq, st);
-    if (vm.ntracked) vm_requests_done(&before, rq, 1);
+    if (vm.ntracked && rc == MPI_SUCCESS) vm_request_done(before);
     return rc;
 }
 
@@ -399,7 +405,7 @@ int MPI_Waitall(int n, MPI_Request reqs[], MPI_Status sts[]) {
             if (rc != MPI_SUCCESS || flag) break;
         }
     }
-    snap_done(&s, reqs, n);
+    snap_done(&s, reqs, n, rc == MPI_SUCCESS, NULL, 0);
     return rc;
 }
 
@@ -425,7 +431,7 @@ int MPI_Waitany(int n, MPI_Request reqs[], int *idx, MPI_Status *st) {
             if (rc != MPI_SUCCESS || flag) break;
         }
     }
-    snap_done(&s, reqs, n);
+    snap_done(&s, reqs, n, 0, idx, rc == MPI_SUCCESS);
     return rc;
 }
 
@@ -451,7 +457,7 @@ int MPI_Waitsome(int n, MPI_Request reqs[], int *outcount, int idxs[], MPI_Statu
             if (rc != MPI_SUCCESS || *outcount != 0) break;
         }
     }
-    snap_done(&s, reqs, n);
+    snap_done(&s, reqs, n, 0, idxs, rc == MPI_SUCCESS && *outcount != MPI_UNDEFINED ? *outcount : 0);
     return rc;
 }
 
@@ -467,7 +473,7 @@ int MPI_Test(MPI_Request *rq, int *flag, MPI_Status *st) {
     vm_enter(VMF_Test);
     MPI_Request before = *rq;
     int rc = PMPI_Test(rq, flag, st);
-    if (vm.ntracked) vm_requests_done(&before, rq, 1);
+    if (vm.ntracked && rc == MPI_SUCCESS && *flag) vm_request_done(before);
     if (rc == MPI_SUCCESS) polled(*flag);
     return rc;
 }
@@ -477,7 +483,7 @@ int MPI_Testall(int n, MPI_Request reqs[], int *flag, MPI_Status sts[]) {
     struct snap s;
     snap_take(&s, reqs, n);
     int rc = PMPI_Testall(n, reqs, flag, sts);
-    snap_done(&s, reqs, n);
+    snap_done(&s, reqs, n, rc == MPI_SUCCESS && *flag, NULL, 0);
     if (rc == MPI_SUCCESS) polled(*flag);
     return rc;
 }
@@ -487,7 +493,7 @@ int MPI_Testany(int n, MPI_Request reqs[], int *idx, int *flag, MPI_Status *st) 
     struct snap s;
     snap_take(&s, reqs, n);
     int rc = PMPI_Testany(n, reqs, idx, flag, st);
-    snap_done(&s, reqs, n);
+    snap_done(&s, reqs, n, 0, idx, rc == MPI_SUCCESS && *flag);
     if (rc == MPI_SUCCESS) polled(*flag);
     return rc;
 }
@@ -497,7 +503,7 @@ int MPI_Testsome(int n, MPI_Request reqs[], int *outcount, int idxs[], MPI_Statu
     struct snap s;
     snap_take(&s, reqs, n);
     int rc = PMPI_Testsome(n, reqs, outcount, idxs, sts);
-    snap_done(&s, reqs, n);
+    snap_done(&s, reqs, n, 0, idxs, rc == MPI_SUCCESS && *outcount != MPI_UNDEFINED ? *outcount : 0);
     if (rc == MPI_SUCCESS) polled(*outcount != 0);
     return rc;
 }
@@ -505,7 +511,57 @@ int MPI_Testsome(int n, MPI_Request reqs[], int *outcount, int idxs[], MPI_Statu
 int MPI_Request_free(MPI_Request *rq) {
     vm_enter(VMF_Request_free);
     if (vm.ntracked) vm_untrack(*rq);
+    vm_persist_free(*rq);
     return PMPI_Request_free(rq);
+}
+
+/* Persistent point-to-point (MPI_Send_init ... MPI_Start): the init calls record each request's peer
+ * and kind, and a start counts its sends and tracks its receives as the nonblocking calls do; the
+ * completion wrappers above count a receive from what they report completed. Uncounted, a halo
+ * exchanged with persistent requests left every receiver looking like it waited for nobody (wait kind
+ * SEND: never ready, never passed over) and its senders' counts at 0. */
+#define PERSISTENT(NAME, CT, PEER, SEND)                                                                 \
+    int MPI_##NAME(CONST_##SEND void *buf, CT count, MPI_Datatype dt, int PEER, int tag, MPI_Comm comm, \
+                   MPI_Request *rq) {                                                                  \
+        vm_enter(VMF_##NAME);                                                                          \
+        int rc = PMPI_##NAME(buf, count, dt, PEER, tag, comm, rq);                                     \
+        if (rc == MPI_SUCCESS) vm_persist_add(*rq, vm_world_rank(comm, PEER), SEND);                   \
+        return rc;                                                                                     \
+    }
+#define CONST_1 const
+#define CONST_0
+
+PERSISTENT(Send_init, int, dest, 1)
+PERSISTENT(Send_init_c, MPI_Count, dest, 1)
+PERSISTENT(Ssend_init, int, dest, 1)
+PERSISTENT(Ssend_init_c, MPI_Count, dest, 1)
+PERSISTENT(Rsend_init, int, dest, 1)
+PERSISTENT(Rsend_init_c, MPI_Count, dest, 1)
+PERSISTENT(Bsend_init, int, dest, 1)
+PERSISTENT(Bsend_init_c, MPI_Count, dest, 1)
+PERSISTENT(Recv_init, int, src, 0)
+PERSISTENT(Recv_init_c, MPI_Count, src, 0)
+
+int MPI_Start(MPI_Request *rq) {
+    vm_enter(VMF_Start);
+    if (CTL) vm_persist_starting(rq, 1, 0);
+    int rc = PMPI_Start(rq);
+    if (CTL && rc == MPI_SUCCESS)
+        vm_persist_started(rq, 1);
+    else if (CTL)
+        vm_persist_starting(rq, 1, 1); /* not started: take the counts back */
+    return rc;
+}
+
+int MPI_Startall(int n, MPI_Request reqs[]) {
+    vm_enter(VMF_Startall);
+    if (CTL) vm_persist_starting(reqs, n, 0);
+    int rc = PMPI_Startall(n, reqs);
+    if (CTL && rc == MPI_SUCCESS)
+        vm_persist_started(reqs, n);
+    else if (CTL)
+        vm_persist_starting(reqs, n, 1); /* not started: take the counts back */
+    return rc;
 }
 
 /* ---------------------------------------------------------------------------------------------- */
