@@ -129,6 +129,21 @@ def test_small_collectives_in_a_loop_end(manager, tmp_path, queue):
     assert run_to_end(manager, exe, 500, queue) == {"ok": True, "rounds": 500}
 
 
+@pytest.mark.parametrize("queue", ["local", "global"])
+def test_collective_file_io_ends(manager, tmp_path, queue):
+    """MPI-IO, which the runtime does not wrap: collective writes and reads of a shared file, syncs and
+    a nonblocking write, every round. MPICH waits in them in its progress engine, which yields, so
+    folded ranks give way there as in a communicator's creation. Plain, 4 ranks on one CPU by taskset,
+    300 rounds took 12.7 s of spinning; folded, 0.65 s on either queue."""
+    exe = compile_c_program(REPO / "tests" / "c" / "io.c", tmp_path)
+    stats = tmp_path / "stats.jsonl"
+    got = run_to_end(manager, exe, 300, queue, TMPDIR=str(tmp_path), VMRT_STATS=str(stats))
+    assert got == {"ok": True, "rounds": 300}
+    ranks = read_stats(stats)
+    assert len(ranks) == 4 and all(s["mode"] == "ctl" and s["calls"].get("sched_yield", 0) > 0 for s in ranks), ranks
+    assert not list(tmp_path.glob("vmsched-io-*")), "the program deletes its file"
+
+
 def test_a_receiver_whose_message_was_not_counted_is_not_passed_over_for_good(manager, tmp_path):
     """Rank 0 sends to rank 1 over an inter-communicator, which the runtime does not count: rank 1 looks
     starved while its three queue-mates wait in a barrier for it. Passed over at every hand-off, it
