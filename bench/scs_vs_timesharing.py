@@ -35,9 +35,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from vmsched.vmruntime import testing as vt  # noqa: E402
-from vmsched.vmruntime.testing import Manager, cpu_list, end_job, mpiexec, node_cpus  # noqa: E402
 
-NODE = node_cpus()
+NODE = vt.node_cpus()
 # Time-sharing 48 ranks on 16 CPUs did not end in 220 s; a bound of 40x says what the figure is for (>= 5x).
 CAP_FACTOR, CAP_MIN_S = 40, 20.0
 COMPUTE = vt.selftest_cmd("send", "--variant", "50x1", "--iters", "100000", "--work", "50")  # runs until stopped
@@ -71,26 +70,28 @@ def ring_time(cmd: list[str], env: dict[str, str] | None = None, cap: float | No
 
 def timesharing(k: int, laps: int, reverse: bool, cap: float) -> float:
     n = 2 * (len(NODE) - k)
-    comp = subprocess.Popen([mpiexec(), "-n", str(n), *COMPUTE], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+    comp = subprocess.Popen([vt.mpiexec(), "-n", str(n), *COMPUTE], **quiet)
     try:
         wait_ranks(comp, n)
-        return ring_time([mpiexec(), "-n", str(4 * k), *ring_cmd(laps, reverse)], cap=cap)
+        return ring_time([vt.mpiexec(), "-n", str(4 * k), *ring_cmd(laps, reverse)], cap=cap)
     finally:
-        end_job(comp)
+        vt.end_job(comp)
 
 
 def taskset(k: int, laps: int, reverse: bool) -> float:
     n = 2 * (len(NODE) - k)
-    comp = subprocess.Popen(["taskset", "-c", cpu_list(NODE[k:]), mpiexec(), "-n", str(n), *COMPUTE],
+    comp = subprocess.Popen(["taskset", "-c", vt.cpu_list(NODE[k:]), vt.mpiexec(), "-n", str(n), *COMPUTE],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
     try:
         wait_ranks(comp, n)
-        return ring_time(["taskset", "-c", cpu_list(NODE[:k]), mpiexec(), "-n", str(4 * k), *ring_cmd(laps, reverse)])
+        ring = [vt.mpiexec(), "-n", str(4 * k), *ring_cmd(laps, reverse)]
+        return ring_time(["taskset", "-c", vt.cpu_list(NODE[:k]), *ring])
     finally:
-        end_job(comp)
+        vt.end_job(comp)
 
 
-def vmsched(m: Manager, k: int, laps: int, reverse: bool) -> float:
+def vmsched(m: vt.Manager, k: int, laps: int, reverse: bool) -> float:
     n = 2 * (len(NODE) - k)
     comp = subprocess.Popen(vt.vmrun_cmd(m.state_dir, n, 2, COMPUTE, queue="local"), env=m.env(),
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
@@ -98,7 +99,7 @@ def vmsched(m: Manager, k: int, laps: int, reverse: bool) -> float:
         wait_ranks(comp, n)
         return ring_time(vt.vmrun_cmd(m.state_dir, 4 * k, 4, ring_cmd(laps, reverse)), m.env())
     finally:
-        end_job(comp)
+        vt.end_job(comp)
 
 
 def main() -> int:
@@ -122,7 +123,7 @@ def main() -> int:
         print(f"  {direction} ring, {laps} laps, {way}: {t:.4f} s", flush=True)
         return t
 
-    with Manager(cpus=cpu_list(NODE)) as m:
+    with vt.Manager(cpus=vt.cpu_list(NODE)) as m:
         for direction, reverse in (("forward", False), ("reverse", True)):
             laps = args.laps
             while note(direction, laps, "vmsched", t := vmsched(m, rc, laps, reverse)) < args.min_s:
