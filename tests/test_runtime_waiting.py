@@ -7,6 +7,7 @@ per-rank counters (VMRT_STATS), 4 ranks folded on one CPU."""
 
 from __future__ import annotations
 
+import ctypes
 import json
 import signal
 import subprocess
@@ -16,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO
+from vmsched.cpumanager import shm_layout as L
 from vmsched.vmruntime.testing import Manager, compile_c_program, end_job, mpiexec, read_stats, vmrun_cmd
 
 
@@ -104,7 +106,7 @@ def test_round_robin_passes_over_queue_mates_that_nothing_was_sent_to(manager, p
     assert without["starved_handoffs"] > 0.5 and without["per_rank_iter"] > 2.5, without
 
 
-def run_to_end(manager: Manager, exe: Path, rounds: int, queue: str, **env: str) -> dict:
+def run_folded(manager: Manager, exe: Path, rounds: int, queue: str, **env: str) -> dict:
     """Run a tests/c program folded 4 on one CPU; its JSON line. A job that hangs fails the test and is
     killed with its ranks."""
     cmd = vmrun_cmd(manager.state_dir, 4, 4, [str(exe), str(rounds)], queue=queue)
@@ -126,7 +128,7 @@ def test_small_collectives_in_a_loop_end(manager, tmp_path, queue):
     folded rank waiting in them never handed its token on, and a loop of them hung at its 2nd or 3rd
     call. The runtime has MPICH use its other algorithms, which wait in the progress engine."""
     exe = compile_c_program(REPO / "tests" / "c" / "colls.c", tmp_path)
-    assert run_to_end(manager, exe, 500, queue) == {"ok": True, "rounds": 500}
+    assert run_folded(manager, exe, 500, queue) == {"ok": True, "rounds": 500}
 
 
 @pytest.mark.parametrize("queue", ["local", "global"])
@@ -137,7 +139,7 @@ def test_collective_file_io_ends(manager, tmp_path, queue):
     300 rounds took 12.7 s of spinning; folded, 0.65 s on either queue."""
     exe = compile_c_program(REPO / "tests" / "c" / "io.c", tmp_path)
     stats = tmp_path / "stats.jsonl"
-    got = run_to_end(manager, exe, 300, queue, TMPDIR=str(tmp_path), VMRT_STATS=str(stats))
+    got = run_folded(manager, exe, 300, queue, TMPDIR=str(tmp_path), VMRT_STATS=str(stats))
     assert got == {"ok": True, "rounds": 300}
     ranks = read_stats(stats)
     assert len(ranks) == 4 and all(s["mode"] == "ctl" and s["calls"].get("sched_yield", 0) > 0 for s in ranks), ranks
@@ -153,8 +155,42 @@ def test_a_receiver_whose_message_was_not_counted_is_not_passed_over_for_good(ma
     taken, which the starved rank leaves alone as well). Four runs: one that passes proves little."""
     exe = compile_c_program(REPO / "tests" / "c" / "uncounted.c", tmp_path)
     for _ in range(4):
-        got = run_to_end(manager, exe, 2000, "local", VMRT_YIELD_WAIT_US="0")
+        got = run_folded(manager, exe, 2000, "local", VMRT_YIELD_WAIT_US="0")
         assert got == {"ok": True, "rounds": 2000}
+
+
+def rank_counters(manager: Manager) -> list[tuple[int, int]]:
+    """(unconsumed, sent_not_consumed) of each rank of the one job on the manager, from its job segment."""
+    with open("/dev/shm" + manager.cfg.shm_name, "rb") as f:
+        table = L.Segment.from_buffer_copy(f.read(ctypes.sizeof(L.Segment)))
+    (job,) = [j for j in table.jobs if j.state != L.JOB_FREE]
+    with open("/dev/shm/" + job.rt_name.decode().lstrip("/"), "rb") as f:
+        seg = f.read(L.job_segment_size(job.nranks))
+    size, head = ctypes.sizeof(L.RankEntry), ctypes.sizeof(L.JobRt)
+    ranks = [L.RankEntry.from_buffer_copy(seg, head + r * size) for r in range(job.nranks)]
+    return [(e.unconsumed, e.sent_not_consumed) for e in ranks]
+
+
+@pytest.mark.parametrize("queue", ["local", "global"])
+def test_receives_no_counted_message_can_match_leave_the_counts_alone(manager, tmp_path, queue):
+    """Receives from MPI_PROC_NULL and over an inter-communicator (nonblocking, blocking, persistent,
+    Sendrecv) complete without a message the runtime counted. Each took one off its rank's count of
+    messages sent to it: rank 1, holding a message it had not taken yet, looked as though nothing were
+    on its way (unconsumed 0, the heuristics pass such a rank over). It must still count that one."""
+    exe = compile_c_program(REPO / "tests" / "c" / "nullpeer.c", tmp_path)
+    go = tmp_path / "go"
+    cmd = vmrun_cmd(manager.state_dir, 4, 4, [str(exe), "200", str(go)], queue=queue)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=manager.env())
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == "held\n"
+        counts = rank_counters(manager)
+        go.touch()
+        out, err = proc.communicate(timeout=60)
+    finally:
+        end_job(proc, signal.SIGKILL)
+    assert proc.returncode == 0 and json.loads(out) == {"ok": True, "rounds": 200}, err[-2000:]
+    # Rank 0 sent the one counted message, to rank 1, which has not taken it.
+    assert counts == [(0, 1), (1, 0), (0, 0), (0, 0)], counts
 
 
 def test_persistent_requests_are_counted(manager, patterns, tmp_path):
@@ -189,7 +225,7 @@ def test_one_sided_epochs_end(manager, tmp_path, queue):
     node's two CPUs, 300 rounds take some 30 s of MPICH's busy polling; folded, about a second."""
     exe = compile_c_program(REPO / "tests" / "c" / "rma.c", tmp_path)
     stats = tmp_path / "stats.jsonl"
-    assert run_to_end(manager, exe, 300, queue, VMRT_STATS=str(stats)) == {"ok": True, "rounds": 300}
+    assert run_folded(manager, exe, 300, queue, VMRT_STATS=str(stats)) == {"ok": True, "rounds": 300}
     ranks = read_stats(stats)
     assert len(ranks) == 4 and all(s["mode"] == "ctl" for s in ranks), ranks
     assert sum(s["idle_progress_waits"] for s in ranks) > 0, ranks

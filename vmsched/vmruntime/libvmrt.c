@@ -958,6 +958,22 @@ int vm_world_rank(MPI_Comm comm, int r) {
     return w == MPI_UNDEFINED ? -1 : slot_of(w);
 }
 
+/* Which counted message a receive from `src` on `comm` may take: VM_UNCOUNTED when none can (from
+ * MPI_PROC_NULL, over an inter-communicator, from a rank not folded here: vm_world_rank gives its sender
+ * -1, so the send was not counted), -1 when any may (MPI_ANY_SOURCE), else the sender's world rank.
+ * Taking one off for a receive no counted message matched made a rank with a message on its way look
+ * as though nothing were sent to it. */
+int vm_recv_peer(MPI_Comm comm, int src) {
+    if (vm.mode != VM_CTL || src == MPI_PROC_NULL) return VM_UNCOUNTED;
+    if (src == MPI_ANY_SOURCE) {
+        int inter = 0;
+        PMPI_Comm_test_inter(comm, &inter);
+        return inter ? VM_UNCOUNTED : -1;
+    }
+    int w = vm_world_rank(comm, src);
+    return w < 0 ? VM_UNCOUNTED : w;
+}
+
 /* Called before the send starts (sequentially consistent: the count is seen before the message can be). */
 void vm_count_send(int dest) {
     vm_rank *e = rank_entry(dest);
@@ -1034,7 +1050,7 @@ static int map_remove(struct reqmap *m, MPI_Request req) {
 }
 
 void vm_track_recv(MPI_Request req, int src) {
-    if (vm.mode == VM_CTL && req != MPI_REQUEST_NULL) {
+    if (vm.mode == VM_CTL && req != MPI_REQUEST_NULL && src != VM_UNCOUNTED) {
         map_insert(&tracked, req, src + 2);
         vm.ntracked = tracked.n;
     }
@@ -1064,7 +1080,9 @@ void vm_requests_done(const MPI_Request *before, const MPI_Request *after, int n
 
 /* Persistent requests: value (peer world rank + 2) * 2 + is_send, so never 0. */
 void vm_persist_add(MPI_Request req, int world_peer, int send) {
-    if (req != MPI_REQUEST_NULL) map_insert(&persistent, req, (world_peer + 2) * 2 + !!send);
+    /* A receive no counted message can match is left out: its start tracks nothing. */
+    if (req != MPI_REQUEST_NULL && world_peer != VM_UNCOUNTED)
+        map_insert(&persistent, req, (world_peer + 2) * 2 + !!send);
 }
 
 void vm_persist_free(MPI_Request req) {

@@ -86,6 +86,9 @@ void vm_unregister(const char *why);
 
 /* Message counters for the global-queue heuristics (world ranks, -1 = unknown). */
 int vm_world_rank(MPI_Comm comm, int r);
+/* A receive no counted message can match (from MPI_PROC_NULL, over an inter-communicator). */
+#define VM_UNCOUNTED (-2)
+int vm_recv_peer(MPI_Comm comm, int src);
 void vm_count_send(int world_dest);
 void vm_uncount_send(int world_dest);
 void vm_count_recv(int world_src);

@@ -183,6 +183,12 @@ NONBLOCKING_SEND(Irsend_c, MPI_Count)
 NONBLOCKING_SEND(Ibsend, int)
 NONBLOCKING_SEND(Ibsend_c, MPI_Count)
 
+/* A receive completed from `src` (its status's MPI_SOURCE): take it off the counts if its send was counted. */
+static void counted_recv(MPI_Comm comm, int src) {
+    int from = vm_recv_peer(comm, src);
+    if (from != VM_UNCOUNTED) vm_count_recv(from);
+}
+
 #define BLOCKING_RECV(NAME, INAME, CT)                                                                   \
     int MPI_##NAME(void *buf, CT count, MPI_Datatype dt, int src, int tag, MPI_Comm comm,              \
                    MPI_Status *st) {                                                                   \
@@ -193,7 +199,7 @@ NONBLOCKING_SEND(Ibsend_c, MPI_Count)
         int rc = PMPI_##INAME(buf, count, dt, src, tag, comm, &rq);                                    \
         if (rc != MPI_SUCCESS) return rc;                                                              \
         rc = wait1(&rq, s, vm_world_rank(comm, src), 1);                                               \
-        if (rc == MPI_SUCCESS && s->MPI_SOURCE >= 0) vm_count_recv(vm_world_rank(comm, s->MPI_SOURCE)); \
+        if (rc == MPI_SUCCESS) counted_recv(comm, s->MPI_SOURCE);                                      \
         return rc;                                                                                     \
     }
 
@@ -205,7 +211,7 @@ BLOCKING_RECV(Recv_c, Irecv_c, MPI_Count)
                    MPI_Request *rq) {                                                                  \
         vm_enter(VMF_##NAME);                                                                          \
         int rc = PMPI_##NAME(buf, count, dt, src, tag, comm, rq);                                      \
-        if (CTL && rc == MPI_SUCCESS) vm_track_recv(*rq, vm_world_rank(comm, src));                    \
+        if (CTL && rc == MPI_SUCCESS) vm_track_recv(*rq, vm_recv_peer(comm, src));                     \
         return rc;                                                                                     \
     }
 
@@ -258,7 +264,7 @@ static int wait_pair(MPI_Request rq[2], MPI_Status *st, int waiting_for) {
             return rc;                                                                                 \
         }                                                                                              \
         rc = wait_pair(rq, s, vm_world_rank(comm, src));                                               \
-        if (rc == MPI_SUCCESS && s->MPI_SOURCE >= 0) vm_count_recv(vm_world_rank(comm, s->MPI_SOURCE)); \
+        if (rc == MPI_SUCCESS) counted_recv(comm, s->MPI_SOURCE);                                      \
         return rc;                                                                                     \
     }
 
@@ -277,7 +283,7 @@ SENDRECV(Sendrecv_c, Irecv_c, Isend_c, MPI_Count)
         int rc = sent(w, PMPI_##INAME(buf, count, dt, dest, stag, src, rtag, comm, &rq));              \
         if (rc != MPI_SUCCESS) return rc;                                                              \
         rc = wait1(&rq, s, vm_world_rank(comm, src), 1);                                               \
-        if (rc == MPI_SUCCESS && s->MPI_SOURCE >= 0) vm_count_recv(vm_world_rank(comm, s->MPI_SOURCE)); \
+        if (rc == MPI_SUCCESS) counted_recv(comm, s->MPI_SOURCE);                                      \
         return rc;                                                                                     \
     }
 
@@ -364,8 +370,9 @@ MRECV(Mrecv_c, Imrecv_c, MPI_Count)
 #define IMRECV(NAME, CT)                                                                                 \
     int MPI_##NAME(void *buf, CT count, MPI_Datatype dt, MPI_Message *msg, MPI_Request *rq) {          \
         vm_enter(VMF_##NAME);                                                                          \
+        int from = msg && *msg == MPI_MESSAGE_NO_PROC ? VM_UNCOUNTED : -1; /* MPI_PROC_NULL probed */ \
         int rc = PMPI_##NAME(buf, count, dt, msg, rq);                                                 \
-        if (CTL && rc == MPI_SUCCESS) vm_track_recv(*rq, -1);                                          \
+        if (CTL && rc == MPI_SUCCESS) vm_track_recv(*rq, from);                                        \
         return rc;                                                                                     \
     }
 
@@ -525,7 +532,8 @@ int MPI_Request_free(MPI_Request *rq) {
                    MPI_Request *rq) {                                                                  \
         vm_enter(VMF_##NAME);                                                                          \
         int rc = PMPI_##NAME(buf, count, dt, PEER, tag, comm, rq);                                     \
-        if (rc == MPI_SUCCESS) vm_persist_add(*rq, vm_world_rank(comm, PEER), SEND);                   \
+        if (rc == MPI_SUCCESS)                                                                         \
+            vm_persist_add(*rq, SEND ? vm_world_rank(comm, PEER) : vm_recv_peer(comm, PEER), SEND);    \
         return rc;                                                                                     \
     }
 #define CONST_1 const
