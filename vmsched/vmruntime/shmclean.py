@@ -153,7 +153,7 @@ def _may_map(proc: psutil.Process, uid: int | None) -> bool:
 
 def _drop_mapped(pid: int, left: set[str]) -> bool:
     """Remove from `left` what `pid` maps; False if its maps cannot be read."""
-    found = _read_maps(pid, MPICH_PREFIX)
+    found = _read_maps(pid, "/dev/shm/")
     if found is None:
         return False
     left -= found

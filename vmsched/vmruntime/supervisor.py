@@ -26,7 +26,7 @@ from types import FrameType
 
 import psutil
 
-from vmsched.vmruntime.shmclean import job_files, orphaned, remove_owned
+from vmsched.vmruntime.shmclean import job_files, orphaned, remove_owned, unmapped
 
 HYDRA_EXIT_S = 2.0  # after its ranks are killed, hydra exits by itself within this
 # How often the job's /dev/shm mappings are noted: often at first (a job may be killed within a second of its
@@ -113,7 +113,10 @@ def _wait(
         segments = notes.close()
     # Ranks killed inside MPI_Init, between two looks, leave a segment nobody was seen to map.
     segments |= orphaned(uid, since)
-    removed = [p for p in sorted(segments) if remove_owned(p, uid)]
+    # One that a live process still maps is in use (by a process the job left behind): left alone. The
+    # job's ranks are gone by now (hydra reaps them before it exits); a process whose maps cannot be
+    # read from here (another user's, without CAP_SYS_PTRACE) is not seen.
+    removed = [p for p in sorted(unmapped(segments)) if remove_owned(p, uid)]
     return Outcome(exit_status(rc), escalated, removed, sorted(segments))
 
 
