@@ -176,11 +176,15 @@ def test_receives_no_counted_message_can_match_leave_the_counts_alone(manager, t
     """Receives from MPI_PROC_NULL and over an inter-communicator (nonblocking, blocking, persistent,
     Sendrecv) complete without a message the runtime counted. Each took one off its rank's count of
     messages sent to it: rank 1, holding a message it had not taken yet, looked as though nothing were
-    on its way (unconsumed 0, the heuristics pass such a rank over). It must still count that one."""
+    on its way (unconsumed 0, the heuristics pass such a rank over). It must still count that one. The
+    message was sent by MPI_Isendrecv, and answered by MPI_Isendrecv_replace: before they were wrapped,
+    that send was not counted either (rank 1 read 0, rank 0 had sent 0)."""
     exe = compile_c_program(REPO / "tests" / "c" / "nullpeer.c", tmp_path)
     go = tmp_path / "go"
     cmd = vmrun_cmd(manager.state_dir, 4, 4, [str(exe), "200", str(go)], queue=queue)
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=manager.env())
+    stats = tmp_path / "stats.jsonl"
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**manager.env(), "VMRT_STATS": str(stats)})  # fmt: skip
     try:
         assert proc.stdout is not None and proc.stdout.readline() == "held\n"
         counts = rank_counters(manager)
@@ -191,6 +195,9 @@ def test_receives_no_counted_message_can_match_leave_the_counts_alone(manager, t
     assert proc.returncode == 0 and json.loads(out) == {"ok": True, "rounds": 200}, err[-2000:]
     # Rank 0 sent the one counted message, to rank 1, which has not taken it.
     assert counts == [(0, 1), (1, 0), (0, 0), (0, 0)], counts
+    ranks = sorted(read_stats(stats), key=lambda s: s["rank"])
+    calls = [(s["calls"].get("Isendrecv", 0), s["calls"].get("Isendrecv_replace", 0)) for s in ranks]
+    assert calls == [(1, 0), (0, 1), (0, 0), (0, 0)] and [s["unconsumed"] for s in ranks] == [0] * 4, ranks
 
 
 def test_persistent_requests_are_counted(manager, patterns, tmp_path):

@@ -1,8 +1,9 @@
 /* Receives that no counted message can match: from MPI_PROC_NULL (Irecv + Wait, Recv, Sendrecv) and
  * over an inter-communicator (Irecv + Wait, Recv, Recv_init + Start + Wait), while rank 1 holds one
- * counted message it has not taken yet. Then rank 1 prints "held" and waits, outside MPI, until the
- * file named by its second argument exists (the test reads the job segment meanwhile), takes the
- * message and checks it. Prints {"ok": ..., "rounds": ...} on rank 0. Usage: nullpeer ROUNDS FILE */
+ * counted message it has not taken yet, sent by rank 0's MPI_Isendrecv (whose receive waits for rank
+ * 1's answer). Then rank 1 prints "held" and waits, outside MPI, until the file named by its second
+ * argument exists (the test reads the job segment meanwhile), takes the message and answers it with
+ * MPI_Isendrecv_replace. Prints {"ok": ..., "rounds": ...} on rank 0. Usage: nullpeer ROUNDS FILE */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,14 +14,15 @@ int main(int argc, char **argv) {
     int rank, size, ok = 1;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
-    long rounds = argc > 1 ? atol(argv[1]) : 100, held = 4242, got = 0;
+    long rounds = argc > 1 ? atol(argv[1]) : 100, held = 4242, answer = -1;
     /* Rank 1 alone in one group, the others in the other; each group's rank 0 leads it. */
     MPI_Comm half, inter;
     MPI_Comm_split(MPI_COMM_WORLD, rank == 1, rank, &half);
     MPI_Intercomm_create(half, 0, MPI_COMM_WORLD, rank == 1 ? 0 : 1, 99, &inter);
-    if (rank == 0) MPI_Send(&held, 1, MPI_LONG, 1, 7, MPI_COMM_WORLD); /* counted; taken at the end */
+    MPI_Request rq, prq = MPI_REQUEST_NULL, held_rq = MPI_REQUEST_NULL;
+    if (rank == 0) /* counted; taken at the end, and answered */
+        MPI_Isendrecv(&held, 1, MPI_LONG, 1, 7, &answer, 1, MPI_LONG, 1, 8, MPI_COMM_WORLD, &held_rq);
     MPI_Barrier(MPI_COMM_WORLD);
-    MPI_Request rq, prq = MPI_REQUEST_NULL;
     long pv = 0;
     if (rank == 1) MPI_Recv_init(&pv, 1, MPI_LONG, 0, 3, inter, &prq);
     for (long i = 0; i < rounds; i++) {
@@ -48,8 +50,13 @@ int main(int argc, char **argv) {
         printf("held\n");
         fflush(stdout);
         while (access(argv[2], F_OK) != 0) usleep(10000);
-        MPI_Recv(&got, 1, MPI_LONG, 0, 7, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-        ok &= got == held;
+        long x = 0;
+        MPI_Isendrecv_replace(&x, 1, MPI_LONG, 0, 8, 0, 7, MPI_COMM_WORLD, &rq); /* sends 0, gets 4242 */
+        MPI_Wait(&rq, MPI_STATUS_IGNORE);
+        ok &= x == held;
+    } else if (rank == 0) {
+        MPI_Wait(&held_rq, MPI_STATUS_IGNORE);
+        ok &= answer == 0;
     }
     MPI_Comm_free(&inter);
     MPI_Comm_free(&half);

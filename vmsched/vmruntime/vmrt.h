@@ -21,6 +21,7 @@ enum { VM_OFF = 0, VM_FAST = 1, VM_CTL = 2 };
     X(Init) X(Init_thread) X(Finalize) X(Abort) \
     X(Send) X(Send_c) X(Ssend) X(Ssend_c) X(Rsend) X(Rsend_c) X(Bsend) X(Bsend_c) \
     X(Recv) X(Recv_c) X(Sendrecv) X(Sendrecv_c) X(Sendrecv_replace) X(Sendrecv_replace_c) \
+    X(Isendrecv) X(Isendrecv_c) X(Isendrecv_replace) X(Isendrecv_replace_c) \
     X(Isend) X(Isend_c) X(Issend) X(Issend_c) X(Irsend) X(Irsend_c) X(Ibsend) X(Ibsend_c) \
     X(Irecv) X(Irecv_c) X(Probe) X(Iprobe) X(Mprobe) X(Improbe) X(Mrecv) X(Mrecv_c) \
     X(Imrecv) X(Imrecv_c) X(Wait) X(Waitall) X(Waitany) X(Waitsome) X(Test) X(Testall) \

@@ -290,6 +290,38 @@ SENDRECV(Sendrecv_c, Irecv_c, Isend_c, MPI_Count)
 SENDRECV_REPLACE(Sendrecv_replace, Isendrecv_replace, int)
 SENDRECV_REPLACE(Sendrecv_replace_c, Isendrecv_replace_c, MPI_Count)
 
+/* MPI_Isendrecv and MPI_Isendrecv_replace (MPI 4.0): one request for a send and a receive. The send is
+ * counted before it starts, as every send is; the request is tracked as a receive from `src` and counted
+ * when a Wait/Test reports it complete. Unwrapped, the send went uncounted: its receiver looked as though
+ * nothing were on its way. */
+#define ISENDRECV(NAME, CT)                                                                              \
+    int MPI_##NAME(const void *sbuf, CT scount, MPI_Datatype stype, int dest, int stag, void *rbuf,    \
+                   CT rcount, MPI_Datatype rtype, int src, int rtag, MPI_Comm comm, MPI_Request *rq) { \
+        vm_enter(VMF_##NAME);                                                                          \
+        int w = vm_world_rank(comm, dest);                                                             \
+        vm_count_send(w);                                                                              \
+        int rc = sent(w, PMPI_##NAME(sbuf, scount, stype, dest, stag, rbuf, rcount, rtype, src, rtag, comm, rq)); \
+        if (CTL && rc == MPI_SUCCESS) vm_track_recv(*rq, vm_recv_peer(comm, src));                     \
+        return rc;                                                                                     \
+    }
+
+ISENDRECV(Isendrecv, int)
+ISENDRECV(Isendrecv_c, MPI_Count)
+
+#define ISENDRECV_REPLACE(NAME, CT)                                                                      \
+    int MPI_##NAME(void *buf, CT count, MPI_Datatype dt, int dest, int stag, int src, int rtag,        \
+                   MPI_Comm comm, MPI_Request *rq) {                                                   \
+        vm_enter(VMF_##NAME);                                                                          \
+        int w = vm_world_rank(comm, dest);                                                             \
+        vm_count_send(w);                                                                              \
+        int rc = sent(w, PMPI_##NAME(buf, count, dt, dest, stag, src, rtag, comm, rq));                \
+        if (CTL && rc == MPI_SUCCESS) vm_track_recv(*rq, vm_recv_peer(comm, src));                     \
+        return rc;                                                                                     \
+    }
+
+ISENDRECV_REPLACE(Isendrecv_replace, int)
+ISENDRECV_REPLACE(Isendrecv_replace_c, MPI_Count)
+
 /* ---------------------------------------------------------------------------------------------- */
 /* probes and matched receives                                                                    */
 
