@@ -27,8 +27,10 @@ checked: the program's own verdict, and its checksum equal to that of the plain 
 per row: default / best of the vmsched ways, default / taskset, timesharing / default, each from the
 median of --reps runs per way. A plain run that takes CAP_FACTOR times as long as the default one (at
 least CAP_MIN_S) is stopped and counted as that long: its ratios are bounds, marked > or <, and the
-results are then checked against the first plain run that ended (none: the default run). Last line:
-JSON.
+results are then checked against the first plain run that ended (none: the default run). With
+--reps > 1 each way's fastest and slowest run are printed beside its median, and the JSON gives the
+largest slowest / fastest of any vmsched way (`vmsched_run_spread_worst`): a default / best ratio within
+that spread is this node's noise as much as a difference between the ways. Last line: JSON.
 
     python bench/patterns.py [--quick] [--reps 3] [--programs ring,halo2d,ep] [--shapes 4x1,8x2] [--ways local,rr]
                              [--plot FILE]
@@ -263,6 +265,8 @@ def make_row(prog: Program, nranks: int, cpus: int, reps: int, runs: dict[str, l
     bad = sorted({w for w, rs in runs.items() for r in rs if not r.capped and (not r.ok or r.checksum != ref.checksum)})
     return {"program": prog.label, "ranks": nranks, "cpus": cpus, "iters": prog.iters, "reps": reps,
             "seconds": {w: round(statistics.median(r.seconds for r in rs), 4) for w, rs in runs.items()},
+            "range": {w: [round(min(r.seconds for r in rs), 4), round(max(r.seconds for r in rs), 4)]
+                      for w, rs in runs.items()},
             "capped": sorted(w for w, rs in runs.items() if rs[0].capped),
             "reference": ended[0] if ended else "default", "bad": bad}  # fmt: skip
 
@@ -289,13 +293,19 @@ def print_row(row: dict, flush: bool = False) -> None:
           f"{'ok' if not row['bad'] else 'BAD ' + ','.join(row['bad'])}{note}", flush=flush)  # fmt: skip
 
 
+def spread(row: dict, way: str) -> str:
+    lo, hi = row["range"][way]
+    return f" [{lo:.3f}-{hi:.3f}]" if row["reps"] > 1 and way not in row["capped"] else ""
+
+
 def report(rows: list[dict], plot: Path | None) -> int:
     print(f"\n{'program':<14} RxC  default  best way     best  d/best  taskset d/task ts/def  results")
     for row in rows:
         print_row(row)
-    print("\nseconds per way (>: stopped at the cap, a lower bound):")
+    print("\nseconds per way, median [fastest-slowest run] (>: stopped at the cap, a lower bound):")
     for row in rows:
-        per_way = " ".join(f"{w}={'>' if w in row['capped'] else ''}{v:.3f}" for w, v in row["seconds"].items())
+        per_way = " ".join(f"{w}={'>' if w in row['capped'] else ''}{v:.3f}{spread(row, w)}"
+                           for w, v in row["seconds"].items())  # fmt: skip
         print(f"  {row['program']} {row['ranks']}x{row['cpus']} (iters {row['iters']}, median of {row['reps']}): "
               + per_way)  # fmt: skip
     rs = [ratios(r) for r in rows]
@@ -310,6 +320,11 @@ def report(rows: list[dict], plot: Path | None) -> int:
         "bad_results": sum(len(r["bad"]) for r in rows),
         "stopped_at_cap": [f"{r['program']} {r['ranks']}x{r['cpus']} {w}" for r in rows for w in r["capped"]],
     }
+    # How far apart the runs of one vmsched way were (slowest / fastest): a default / best ratio inside
+    # that spread is not a difference between the ways.
+    spreads = [hi / lo for r in rows for w, (lo, hi) in r["range"].items() if w in VMSCHED_WAYS and lo > 0]
+    if spreads and max(r["reps"] for r in rows) > 1:
+        figures["vmsched_run_spread_worst"] = round(max(spreads), 3)
     slept = [r["seconds"]["default"] / r["seconds"]["sleep"] for r in rows if "sleep" in r["seconds"]]
     if slept:  # the two-phase wait against sleeping at once, per case
         figures |= {"default_vs_sleep_best": round(min(slept), 3), "default_vs_sleep_worst": round(max(slept), 3)}
