@@ -194,7 +194,7 @@ time.sleep(float(sys.argv[3]) if len(sys.argv) > 3 else 0)
 def test_a_segment_orphaned_before_the_first_look_is_removed_and_no_other(lingers):
     """Ended at once, the job is (mostly) gone before the supervisor's first look, 0.1 s after its start;
     seen alive, both its segments were noted. Either way the one that a process it left behind still maps
-    stays: before, it was removed whenever a look caught the job alive (1 run in 10 of the suite, 7 in 15
+    stays: before, it was removed whenever a look caught the job alive (1 run in 10 of the suite, 6 in 15, twice,
     on a busy node)."""
     from vmsched.vmruntime.supervisor import supervise
 
