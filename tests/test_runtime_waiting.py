@@ -7,7 +7,6 @@ per-rank counters (VMRT_STATS), 4 ranks folded on one CPU."""
 
 from __future__ import annotations
 
-import ctypes
 import json
 import signal
 import subprocess
@@ -17,8 +16,15 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO
-from vmsched.cpumanager import shm_layout as L
-from vmsched.vmruntime.testing import Manager, compile_c_program, end_job, mpiexec, read_stats, vmrun_cmd
+from vmsched.vmruntime.testing import (
+    Manager,
+    compile_c_program,
+    end_job,
+    job_ranks,
+    mpiexec,
+    read_stats,
+    vmrun_cmd,
+)
 
 
 @pytest.fixture(scope="module")
@@ -159,18 +165,6 @@ def test_a_receiver_whose_message_was_not_counted_is_not_passed_over_for_good(ma
         assert got == {"ok": True, "rounds": 2000}
 
 
-def rank_counters(manager: Manager) -> list[tuple[int, int]]:
-    """(unconsumed, sent_not_consumed) of each rank of the one job on the manager, from its job segment."""
-    with open("/dev/shm" + manager.cfg.shm_name, "rb") as f:
-        table = L.Segment.from_buffer_copy(f.read(ctypes.sizeof(L.Segment)))
-    (job,) = [j for j in table.jobs if j.state != L.JOB_FREE]
-    with open("/dev/shm/" + job.rt_name.decode().lstrip("/"), "rb") as f:
-        seg = f.read(L.job_segment_size(job.nranks))
-    size, head = ctypes.sizeof(L.RankEntry), ctypes.sizeof(L.JobRt)
-    ranks = [L.RankEntry.from_buffer_copy(seg, head + r * size) for r in range(job.nranks)]
-    return [(e.unconsumed, e.sent_not_consumed) for e in ranks]
-
-
 @pytest.mark.parametrize("queue", ["local", "global"])
 def test_receives_no_counted_message_can_match_leave_the_counts_alone(manager, tmp_path, queue):
     """Receives from MPI_PROC_NULL and over an inter-communicator (nonblocking, blocking, persistent,
@@ -187,7 +181,7 @@ def test_receives_no_counted_message_can_match_leave_the_counts_alone(manager, t
                             env={**manager.env(), "VMRT_STATS": str(stats)})  # fmt: skip
     try:
         assert proc.stdout is not None and proc.stdout.readline() == "held\n"
-        counts = rank_counters(manager)
+        counts = [(e.unconsumed, e.sent_not_consumed) for e in job_ranks(manager.cfg.shm_name)]
         go.touch()
         out, err = proc.communicate(timeout=60)
     finally:

@@ -32,18 +32,7 @@ from tests.conftest import CpuManagerProcess, vmsched_shm_entries, wait_for
 from tests.launcher_harness import send_app, vmapp_result
 from vmsched.cpumanager import shm_layout as L
 from vmsched.cpumanager.manager import MAX_LOGGED_REFUSALS
-from vmsched.vmruntime.testing import end_job, rank_pids, vmrun_cmd
-
-
-def _node_table(shm: str) -> L.Segment:
-    with open("/dev/shm/" + shm.lstrip("/"), "rb") as f:
-        return L.Segment.from_buffer_copy(f.read(ctypes.sizeof(L.Segment)))
-
-
-def _job_segment(shm: str, job: int) -> str:
-    """Path of a job's segment, as any user can read it from the node table."""
-    j = next(j for j in _node_table(shm).jobs if j.state != L.JOB_FREE and j.job_id == job)
-    return "/dev/shm/" + j.rt_name.decode()
+from vmsched.vmruntime.testing import end_job, job_segment, rank_pids, vmrun_cmd
 
 
 def _open(path: str, flags: int) -> None:
@@ -80,7 +69,7 @@ def _attacker_loop(inp: TextIO, out: TextIO) -> None:
         op, ans = cmd["op"], {}
         if op == "reach":  # everything that belongs to someone else
             shm, lock = "/dev/shm/" + cmd["shm"].lstrip("/"), "/dev/shm/sem." + cmd["lock"].lstrip("/")
-            victim = _job_segment(cmd["shm"], cmd["victim"])
+            victim = job_segment(cmd["shm"], cmd["victim"])
             ans["table_write"] = _attempt(_open, shm, os.O_RDWR)
             ans["table_read"] = _attempt(_open, shm, os.O_RDONLY)
             ans["victim_write"] = _attempt(_open, victim, os.O_RDWR)
@@ -99,7 +88,7 @@ def _attacker_loop(inp: TextIO, out: TextIO) -> None:
                     except ProtocolError as e:
                         ans[name] = str(e)
         elif op == "forge":  # our own job's segment, naming processes that are not ours
-            path = _job_segment(cmd["shm"], cmd["job"])
+            path = job_segment(cmd["shm"], cmd["job"])
             ans["own_write"] = _attempt(_open, path, os.O_RDWR)
             child = subprocess.Popen(["sleep", "120"])
             for rank, pid in enumerate(cmd["foreign"]):
@@ -109,21 +98,21 @@ def _attacker_loop(inp: TextIO, out: TextIO) -> None:
             _forge(path, legit + 1, -7, state=99, rank_field=123456)  # garbage
             ans["child"], ans["legit_rank"] = child.pid, legit
         elif op == "flood":  # a new pid in a slot again and again: checks and log lines it may cost
-            path = _job_segment(cmd["shm"], cmd["job"])
+            path = job_segment(cmd["shm"], cmd["job"])
             for i in range(cmd["n"]):
                 pids = cmd["pids"]
                 _forge(path, cmd["rank"], pids[i % len(pids)] if i % 3 else 4_000_000 - i)
                 time.sleep(0.002)
             ans["done"] = cmd["n"]
         elif op == "evade":  # take our rank out of the manager's hands: slot done, then another process in it
-            path = _job_segment(cmd["shm"], cmd["job"])
+            path = job_segment(cmd["shm"], cmd["job"])
             _forge(path, cmd["rank"], child.pid, state=L.RANK_DONE)
             time.sleep(0.2)
             other = subprocess.Popen(["sleep", "120"])
             _forge(path, cmd["rank"], other.pid)
             ans["other"] = other.pid
         elif op == "truncate":
-            path = _job_segment(cmd["shm"], cmd["job"])
+            path = job_segment(cmd["shm"], cmd["job"])
             os.truncate(path, 0)
             ans["size"] = os.stat(path).st_size
         elif op == "quit":

@@ -3,6 +3,7 @@ directory, `vmrun` command lines, and sampling of ranks through /proc."""
 
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 import subprocess
@@ -16,6 +17,7 @@ from types import TracebackType
 import psutil
 
 from vmsched.config import Config, load_config
+from vmsched.cpumanager import shm_layout as L
 from vmsched.cpumanager.client import CpuManagerClient
 from vmsched.cpumanager.cpugroups import CpuGroups
 from vmsched.protocol import DaemonUnavailable
@@ -263,6 +265,27 @@ def end_job(proc: subprocess.Popen, sig: int = signal.SIGTERM) -> None:
             pass
     psutil.wait_procs(kids, timeout=10)
     remove_leftovers(mapped | orphaned(os.geteuid(), since))
+
+
+def node_table(shm: str) -> L.Segment:
+    """A copy of the node table (as any user can read it)."""
+    with open("/dev/shm/" + shm.lstrip("/"), "rb") as f:
+        return L.Segment.from_buffer_copy(f.read(ctypes.sizeof(L.Segment)))
+
+
+def job_segment(shm: str, job: int | None = None) -> str:
+    """Path of a job's segment, from the node table; job None: the one job there."""
+    (j,) = [j for j in node_table(shm).jobs if j.state != L.JOB_FREE and job in (None, j.job_id)]
+    return "/dev/shm/" + j.rt_name.decode().lstrip("/")
+
+
+def job_ranks(shm: str, job: int | None = None) -> list[L.RankEntry]:
+    """A copy of the rank entries of a job's segment (job None: the one job on the node)."""
+    path = job_segment(shm, job)
+    with open(path, "rb") as f:
+        seg = f.read()
+    size, head = ctypes.sizeof(L.RankEntry), ctypes.sizeof(L.JobRt)
+    return [L.RankEntry.from_buffer_copy(seg, head + r * size) for r in range((len(seg) - head) // size)]
 
 
 def shm_entries(cfg: Config) -> list[str]:
