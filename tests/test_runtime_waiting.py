@@ -1,9 +1,9 @@
 """How a folded rank waits on local queues (vmsched/vmruntime/README.md, "Blocking"): it tests its
 operation again before it hands its token on while messages sent to it have not been received, or a few
-times where its counters cannot tell (repolling); a rank whose waits for a token are short yields its CPU
-first and sleeps in the kernel only after the window, and queue-mates that all yield take a free token
-when they can go on; a rank whose waits are long sleeps at once. Counted, not timed: the runtime's
-per-rank counters (VMRT_STATS), 4 ranks folded on one CPU."""
+times where its counters cannot tell (repolling); a rank whose MPI calls have waited briefly yields its
+CPU first and sleeps in the kernel only after the window, and queue-mates that all yield take a free
+token when they can go on; a rank whose calls wait long sleeps at once. Counted, not timed: the runtime's
+per-rank counters (VMRT_STATS), 4 ranks folded on one CPU (8 on 2 CPUs where the waits cross CPUs)."""
 
 from __future__ import annotations
 
@@ -38,25 +38,30 @@ def manager() -> Iterator[Manager]:
         yield m
 
 
-def folded(manager: Manager, patterns: Path, tmp_path: Path, argv: list[str], **env: str) -> dict[str, float]:
-    """Run a pattern folded 4 on one CPU on local queues; per hand-off of a token, how many sleeps in the
-    kernel, free tokens taken, yields and repeated tests, and the hand-offs per rank and iteration. The
+def folded(manager: Manager, patterns: Path, tmp_path: Path, argv: list[str], nranks: int = 4,
+           **env: str) -> dict[str, float]:  # fmt: skip
+    """Run a pattern folded on local queues, 4 ranks on one CPU (or `nranks` on the manager's CPUs, 4 per
+    CPU); per hand-off of a token, how many sleeps in the kernel, free tokens taken, yields and repeated
+    tests, and the hand-offs per rank and iteration; and the mean wait of a call that waited (us). The
     result must be the unfolded run's."""
     stats = tmp_path / "stats.jsonl"
     stats.unlink(missing_ok=True)
-    cmd = vmrun_cmd(manager.state_dir, 4, 4, [str(patterns), *argv], queue="local")
+    cmd = vmrun_cmd(manager.state_dir, nranks, 4, [str(patterns), *argv], queue="local")
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=300,
                        env={**manager.env(), "VMRT_STATS": str(stats), **env})  # fmt: skip
     assert r.returncode == 0, r.stderr[-2000:]
-    plain = subprocess.run([mpiexec(), "-n", "4", str(patterns), *argv], capture_output=True, text=True, timeout=300)
+    plain = subprocess.run([mpiexec(), "-n", str(nranks), str(patterns), *argv], capture_output=True, text=True,
+                           timeout=300)  # fmt: skip
     assert json.loads(r.stdout)["ok"] and json.loads(r.stdout)["checksum"] == json.loads(plain.stdout)["checksum"]
     ranks = read_stats(stats)
-    assert len(ranks) == 4 and all(s["mode"] == "ctl" for s in ranks), ranks
+    assert len(ranks) == nranks and all(s["mode"] == "ctl" for s in ranks), ranks
     handoffs = sum(s["ctx_switches"] for s in ranks)
     assert handoffs > 0
     counted = ("sleeps", "claims", "yields", "repolls", "starved_handoffs")
     per = {k: sum(s[k] for s in ranks) / handoffs for k in counted}
-    return per | {"per_rank_iter": handoffs / 4 / int(argv[1])}
+    waited = sum(s["call_waits"] for s in ranks)
+    mean_us = sum(s["call_wait_mean_us"] * s["call_waits"] for s in ranks) / max(waited, 1)
+    return per | {"per_rank_iter": handoffs / nranks / int(argv[1]), "call_wait_us": mean_us}
 
 
 NO_REPOLLS = {"VMRT_REPOLLS": "0", "VMRT_REPOLLS_OPAQUE": "0"}
@@ -90,6 +95,21 @@ def test_ranks_whose_waits_are_long_sleep_at_once(manager, patterns, tmp_path):
     # Measured 0.93-1.00 and 0.00-0.03. Not the yields: a rank whose average dips under the rule's 30 us
     # yields up to ~80 times in one wait, so their count ran 0.16-0.96 per hand-off on the same code.
     assert per["sleeps"] > 0.8 and per["claims"] < 0.2, per
+
+
+def test_calls_that_wait_long_sleep_though_each_wait_for_the_token_is_short(patterns, tmp_path):
+    """A ring of 8 on 2 CPUs: ranks 0, 2, 4, 6 share one CPU and 1, 3, 5, 7 the other, so every hop
+    crosses CPUs and each rank's receive waits 7 hops. Meanwhile its queue-mates, all waiting for messages
+    from the other CPU, pass the token between them, each holding it a few microseconds. The short-wait
+    rule reads the average wait of whole MPI calls, so these ranks sleep at once. Fed each wait for the
+    token, as it was, it yielded through them: 1.2-1.6 yields and 0.76-0.81 sleeps per hand-off here (this
+    test failed), and a ring of 16 on 8 CPUs of a 16-core machine ran 2.2x as long as sleeping at once
+    (vmsched/vmruntime/README.md, "Sixteen cores, again")."""
+    with Manager(cpus="0-1") as two:
+        per = folded(two, patterns, tmp_path, ["ring", "3000", "0"], nranks=8)
+    # Measured: calls waited 76-87 us on average; 1.00 sleeps and 0.004-0.013 yields per hand-off.
+    assert per["call_wait_us"] > 40, per
+    assert per["sleeps"] > 0.8 and per["yields"] < 0.3, per
 
 
 def test_without_a_yield_window_every_wait_sleeps(manager, patterns, tmp_path):

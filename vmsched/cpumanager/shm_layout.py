@@ -35,8 +35,9 @@ MPICH_SHM_PREFIX = "/dev/shm/mpich_shm_"  # MPICH's intranode segments (removed 
 # (only then does a giver need a FUTEX_WAKE) / waits yielding its CPU (a local queue whose waiting ranks
 # all do leaves a token free for them to take; see vmsched/vmruntime/README.md)
 WAKE_WAIT, WAKE_RUN, WAKE_SLEEP, WAKE_YIELD = 0, 1, 2, 3
-# Two-phase waiting: a rank whose waits have been short (average below YIELD_WAIT_MAX_AVG_US) first
-# waits by yielding its CPU for up to YIELD_WAIT_US, then sleeps in the kernel.
+# Two-phase waiting: a rank whose MPI calls have waited briefly (average below YIELD_WAIT_MAX_AVG_US from
+# a call's first hand-off to its last resume) first waits by yielding its CPU for up to YIELD_WAIT_US of
+# the call, then sleeps in the kernel.
 YIELD_WAIT_US = 100
 YIELD_WAIT_MAX_AVG_US = 30
 # Repolling: a rank whose operation did not complete tests it again, up to REPOLLS times, before it hands

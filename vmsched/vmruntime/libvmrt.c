@@ -15,12 +15,12 @@
  * Blocking. A rank whose operation did not complete first tests it again a few times (repolling, in
  * vm_idle: MPICH takes in about one message per progress poll). A rank whose operation still cannot
  * complete hands its token on, sets its own wake word to VM_WAKE_WAIT and state to WAITING (still under
- * the lock), and waits in two phases. On a local queue, if its recent waits were short (fine-grained
- * exchanges), it first yields its CPU (word VM_WAKE_YIELD) during the first VM_YIELD_WAIT_US of its MPI
- * call, looking at its word between yields; then it swaps
- * the word to VM_WAKE_SLEEP and sleeps in FUTEX_WAIT(wake, VM_WAKE_SLEEP). The giver of a token swaps
- * the receiver's word to VM_WAKE_RUN and sends a FUTEX_WAKE only if the old value was VM_WAKE_SLEEP: one
- * atomic swap each side, so a wake-up cannot be lost, and a hand-off to a rank that yields costs no
+ * the lock), and waits in two phases. On a local queue, if its recent MPI calls waited briefly
+ * (fine-grained exchanges), it first yields its CPU (word VM_WAKE_YIELD) during the first
+ * VM_YIELD_WAIT_US of its MPI call, looking at its word between yields; then it swaps the word to
+ * VM_WAKE_SLEEP and sleeps in FUTEX_WAIT(wake, VM_WAKE_SLEEP). The giver of a token swaps the receiver's
+ * word to VM_WAKE_RUN and sends a FUTEX_WAKE only if the old value was VM_WAKE_SLEEP: one atomic swap
+ * each side, so a wake-up cannot be lost, and a hand-off to a rank that yields costs no
  * system call but the giver's own sched_yield (bench/handoff.py: a yield 1.2 us, a futex wake and wait
  * as the runtime sleeps 3.0 us). A token whose queue-mates all yield is left free, and the first of them
  * that runs and may go on takes it (its awaited message has arrived, or the counters cannot tell): the
@@ -108,13 +108,16 @@ static void real_yield(void) { syscall(SYS_sched_yield); }
 
 /* Two-phase waiting and repolling (see Blocking above). For experiments, VMRT_YIELD_WAIT_US overrides the
  * window (0: always sleep at once, the protocol before it), VMRT_YIELD_WAIT_MAX_AVG_US the short-wait
- * rule's bound, VMRT_REPOLLS and VMRT_REPOLLS_OPAQUE the repolls (0: hand off at the first failed test),
- * VMRT_SKIP_STARVED=0 plain round robin on local queues (next_local); read once, in vm_init. */
+ * rule's bound on a call's average wait, VMRT_REPOLLS and VMRT_REPOLLS_OPAQUE the repolls (0: hand off
+ * at the first failed test), VMRT_SKIP_STARVED=0 plain round robin on local queues (next_local); read
+ * once, in vm_init. */
 static int yield_wait_us = VM_YIELD_WAIT_US;
 static double yield_wait_max_avg_ns = VM_YIELD_WAIT_MAX_AVG_US * 1000.0;
 static int repolls_counted = VM_REPOLLS, repolls_opaque = VM_REPOLLS_OPAQUE;
 static int skip_starved = 1;     /* local round robin passes over starved queue-mates (next_local) */
-static double avg_wait_ns;       /* moving average of this rank's waits for a token */
+static double avg_call_wait_ns;  /* moving average of this rank's MPI calls' waits (vm_call_waited) */
+static unsigned long call_waits, call_waits_over[2]; /* calls that waited; ... over 30 and over 100 us */
+static double call_wait_sum_ns;  /* (for stats) */
 static int all_joined;           /* every rank of the job has registered (see yield_token) */
 static unsigned long yields, sleeps, claims; /* waits by yielding, sleeps in the kernel, free tokens taken */
 static unsigned long lock_yields, other_yields; /* yields waiting for rt_lock; sched_yield calls passed on */
@@ -135,6 +138,20 @@ static void read_tuning(void) {
     repolls_counted = env_int("VMRT_REPOLLS", VM_REPOLLS);
     repolls_opaque = env_int("VMRT_REPOLLS_OPAQUE", VM_REPOLLS_OPAQUE);
     skip_starved = env_int("VMRT_SKIP_STARVED", 1);
+}
+
+/* How long an MPI call that waited for a token waited: from its first hand-off to the last time it got
+ * the token back (it completes then). The short-wait rule (yield_wait) reads the average of these, not of
+ * each wait for the token: queue-mates that wait for ranks on other CPUs pass the token between them in
+ * vain, each holding it a few microseconds, so a call that waits 120 us for its message is made of
+ * 10-us waits for the token, and the old rule, fed those, yielded through it (see yield_wait). */
+void vm_call_waited(void) {
+    int64_t d = vm.wait.resumed > vm.wait.since ? vm.wait.resumed - vm.wait.since : 0;
+    avg_call_wait_ns += ((double)d - avg_call_wait_ns) / 8;
+    call_waits++;
+    call_wait_sum_ns += (double)d;
+    call_waits_over[0] += d > 30000;
+    call_waits_over[1] += d > 100000;
 }
 
 static int futex_wait(uint32_t *addr, uint32_t expected, int timeout_ms) {
@@ -658,16 +675,22 @@ static int wait_kind(void) {
  * queue is ours to take, or the window ends. The window is the MPI call's, not each wait's: queue-mates
  * that pass a free token between them while both wait for a rank on another CPU go to sleep once the
  * call has waited that long (a balanced send.S cycled so for its whole 8.5-ms exchanges). Only for a
- * rank whose waits for a token have been short: ranks are their own sessions under mpiexec, so with the
+ * rank whose MPI calls have waited briefly: ranks are their own sessions under mpiexec, so with the
  * kernel's autogroups each one that yields still gets its share of the CPU, which a long wait would
  * take from the rank computing beside it (master-worker with uneven tasks ran 1.37x longer when every
  * wait yielded for its window). */
 static void yield_wait(void) {
-    /* Only ranks whose waits have been short. In autogroups a rank that yields keeps its share against
-     * a sibling that computes (master-worker with uneven tasks, every wait yielding: 1.47x as long); in
-     * a job's CPU group it does not (+0-4 %), but a longer bound there (the 100-us window) made queue-mates
-     * waiting for the other CPU yield to each other: a ring of 4 on 2 CPUs 0.47 -> 0.66 s. */
-    if (yield_wait_us <= 0 || avg_wait_ns >= yield_wait_max_avg_ns) return;
+    /* Only ranks whose calls have waited briefly. In autogroups a rank that yields keeps its share
+     * against a sibling that computes (master-worker with uneven tasks, every wait yielding: 1.47x as
+     * long); in a job's CPU group it does not (+0-4 %), but a longer bound there (the 100-us window) made
+     * queue-mates waiting for the other CPU yield to each other: a ring of 4 on 2 CPUs 0.47 -> 0.66 s.
+     * The average is of whole calls' waits (vm_call_waited): fed each wait for the token instead, a ring
+     * of 16 on 8 CPUs of a 16-core machine (each call waits 15 hops, ~120 us, while the two queue-mates
+     * pass the token between them) yielded through its waits and ran 2.2x as long as sleeping at once
+     * (2.41 s against 1.08 s; plain MPICH by taskset 0.81 s; this rule itself is not measured there
+     * yet). On 2 CPUs the two averages choose alike but for a few medium-grained cases (8 ranks of a
+     * tree, of random pairs, of an all-to-all), whose times moved within their noise. */
+    if (yield_wait_us <= 0 || avg_call_wait_ns >= yield_wait_max_avg_ns) return;
     /* Local queues only: on the global queue a rank's CPU time must stay its work (the LBD reads idleness
      * from it there), and one that yields takes CPU from the rank computing beside it (a balanced
      * send.S read IP 7-8 % in every re-check window, above the 7 % that moves it to local queues). */
@@ -723,7 +746,7 @@ static void block(void) {
         /* Woken by the manager (new generation) or a timeout: look around under the lock. */
         look_around(err == ETIMEDOUT);
     }
-    avg_wait_ns += ((double)(now_ns() - t0) - avg_wait_ns) / 8;
+    vm.wait.resumed = now_ns();
     if (!world_ok()) return;
     vm.me->state = VM_RANK_RUNNING;
     vm.me->cpu = sched_getcpu();
@@ -1122,11 +1145,14 @@ static void write_stats(const char *why) {
                      "\"blocking_calls\":%llu,\"ctx_switches\":%llu,\"yields\":%lu,\"sleeps\":%lu,\"claims\":%lu,"
                      "\"lock_yields\":%lu,\"other_yields\":%lu,\"repolls\":%lu,\"starved_handoffs\":%lu,"
                      "\"generations\":%u,\"idle_progress_waits\":%lu,\"off\":\"%s\","
-                     "\"reclaimed\":%u,\"unconsumed\":%lld,\"calls\":{",
+                     "\"reclaimed\":%u,\"unconsumed\":%lld,\"call_waits\":%lu,\"call_wait_mean_us\":%.1f,"
+                     "\"call_waits_over_30us\":%lu,\"call_waits_over_100us\":%lu,\"calls\":{",
                      vm.rank, (int)vm.pid, (int)vm.job_id, mode, why, (unsigned long long)vm.me->mpi_calls,
                      (unsigned long long)vm.me->blocking_calls, (unsigned long long)vm.me->ctx_switches, yields, sleeps,
                      claims, lock_yields, other_yields, repolls, starved_handoffs, generations, idle_progresses,
-                     off_why, reclaimed, (long long)__atomic_load_n(&vm.me->unconsumed, __ATOMIC_RELAXED));
+                     off_why, reclaimed, (long long)__atomic_load_n(&vm.me->unconsumed, __ATOMIC_RELAXED),
+                     call_waits, call_waits ? call_wait_sum_ns / call_waits / 1000.0 : 0.0, call_waits_over[0],
+                     call_waits_over[1]);
     static const char *names[] = {
 #define VM_FUNC_NAME(name) #name,
         VM_FUNCS(VM_FUNC_NAME)

@@ -66,6 +66,7 @@ struct vm_state {
         int opaque;        /* the counters cannot show when it may complete: a collective, a poll, a token */
         int recv;          /* it includes a receive: messages sent to this rank may complete it */
         int64_t since;     /* when it first waited for a token (ns), 0 while it has not */
+        int64_t resumed;   /* when it last got a token back (ns): the call's wait ends about then */
         int repolls;       /* tests repeated since it last tried to hand its token on (repolling) */
     } wait;
     uint64_t calls[VMF_COUNT];
@@ -77,6 +78,8 @@ extern struct vm_state vm;
 void vm_generation_changed(void);
 /* Block until this rank holds a token (a rank in CTL mode must not run MPI without one). */
 void vm_wait_token(int waiting_for);
+/* The call that ends waited for a token (vm.wait.since set): note how long, for the short-wait rule. */
+void vm_call_waited(void);
 /* Called by a rank whose operation is not complete: spin or hand the token on and block. */
 void vm_idle(int waiting_for, uint64_t *t0_ns);
 /* A Test/Iprobe came back empty: a rank that polls in a loop must give way like a blocked one. */
@@ -112,6 +115,7 @@ void vm_persist_started(const MPI_Request *reqs, int n);
 static inline void vm_enter(int fid) {
     vm.calls[fid]++;
     vm.me->mpi_calls++;
+    if (__builtin_expect(vm.wait.since != 0, 0)) vm_call_waited();
     vm.wait.t0 = 0, vm.wait.blocked = 0, vm.wait.waiting_for = -1, vm.wait.opaque = 0, vm.wait.recv = 0;
     vm.wait.since = 0, vm.wait.repolls = 0;
     if (__builtin_expect(vm.job != 0, 1)) {
