@@ -25,7 +25,8 @@ bench/patterns.py. Every result is checked against the plain run's checksum.
     python bench/waiting.py [--programs ring,ring-rev,tree] [--shapes 4x2,8x2] [--reps 4] [--groups]
                             [--library old=/tmp/libvmrt-old.so]
 
-Rows: seconds per variant (median [fastest-slowest]) and each / taskset. Last line: JSON, with the worst
+Rows: seconds per variant (median [fastest-slowest]) and each / taskset, and under each row the queues
+the detector chose in every default run (from the CPU manager's log). Last line: JSON, with the worst
 and best of local / sleep and local / min(sleep, yield): whether the rule chose the better way to wait.
 """
 
@@ -34,6 +35,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import signal
 import statistics
 import sys
@@ -52,15 +54,28 @@ DEFAULT_PROGRAMS = ("ring", "ring-rev", "tree", "random-pairs", "alltoall", "mas
 ENV = {"sleep": {"VMRT_YIELD_WAIT_US": "0"}, "yield": {"VMRT_YIELD_WAIT_MAX_AVG_US": "1000000"}}
 
 
-def folded(m: Manager, prog: Program, nranks: int, cpus: int, queue: str | None, env: dict[str, str]) -> Run:
+JOB_IDS = iter(range(9001, 10**9))
+# Which queue the detector chose in each default run: the `lbd_decision` events of the CPU manager's log,
+# first to last, per way of the case at hand (a default run slower than local queues is the detector's doing).
+DECISIONS: dict[str, list[str]] = {}
+
+
+def folded(m: Manager, prog: Program, nranks: int, cpus: int, queue: str | None, env: dict[str, str],
+           job_id: int) -> Run:  # fmt: skip
     n = 2 * (len(NODE) - cpus)  # the compute job holds the rest of the node at MPL 2
     e = {**m.env(), **env}
     comp = start_compute(vmrun_cmd(m.state_dir, n, 2, COMPUTE, queue="local"), n, e) if n else None
     try:
-        return run(vmrun_cmd(m.state_dir, nranks, nranks // cpus, prog.argv(), queue=queue), prog, e)
+        return run(vmrun_cmd(m.state_dir, nranks, nranks // cpus, prog.argv(), queue=queue, job_id=job_id), prog, e)
     finally:
         if comp:
             end_job(comp)
+
+
+def decisions(m: Manager, job_id: int) -> str:
+    pattern = rf"action=lbd_decision job={job_id} cvcs=[0-9.e-]+ ip=([0-9.e-]+) queue=(\w+) decision=\d+ why=(\w+)"
+    hits = re.findall(pattern, m.log_path.read_text())
+    return " > ".join(f"{q} ({why}, IP {100 * float(ip):.1f} %)" for ip, q, why in hits) or "undecided"
 
 
 def one(way: str, prog: Program, nranks: int, cpus: int, managers: dict[str, Manager],
@@ -73,7 +88,11 @@ def one(way: str, prog: Program, nranks: int, cpus: int, managers: dict[str, Man
     if lib:
         env["VMRT_LIBRARY"] = libraries[lib]
     queue = None if base == "default" else "local"
-    return folded(managers["grouped" if grp else "plain"], prog, nranks, cpus, queue, env)
+    m, job_id = managers["grouped" if grp else "plain"], next(JOB_IDS)
+    r = folded(m, prog, nranks, cpus, queue, env, job_id)
+    if queue is None:
+        DECISIONS.setdefault(way, []).append(decisions(m, job_id))
+    return r
 
 
 def main() -> int:
@@ -131,12 +150,15 @@ def main() -> int:
                         prog.iters = max(1, math.ceil(prog.iters * 1.25 * args.min_s / max(ref.seconds, 0.01)))
                         ref = one("sleep", prog, nranks, cpus, managers, libraries)
                     runs: dict[str, list[Run]] = {w: [] for w in ways}
+                    DECISIONS.clear()
                     for rnd in range(args.reps):
                         for w in ways:
                             runs[w].append(one(w, prog, nranks, cpus, managers, libraries))
                         print(f"  {name} {nranks}x{cpus}: round {rnd + 1}/{args.reps}", file=sys.stderr, flush=True)
-                    rows.append(make_row(name, nranks, cpus, prog.iters, runs))
+                    rows.append(make_row(name, nranks, cpus, prog.iters, runs) | {"decisions": dict(DECISIONS)})
                     print(line(rows[-1]), flush=True)
+                    for w, ds in DECISIONS.items():
+                        print(f"    {w}: {' | '.join(ds)}", flush=True)
     return report(rows)
 
 
@@ -184,6 +206,7 @@ def report(rows: list[dict]) -> int:
                 "shape": r["shape"],
                 "iters": r["iters"],
                 "seconds": {w: round(v, 4) for w, v in r["seconds"].items()},
+                "decisions": r["decisions"],
             }
             for r in rows
         ],  # fmt: skip
