@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import signal
 import statistics
 import sys
@@ -23,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from vmsched.vmruntime.testing import Manager, cpu_list, node_cpus, run_to_end, vmrun_cmd  # noqa: E402
+from vmsched.vmruntime.testing import Manager, cpu_list, lbd_decisions, node_cpus, run_to_end, vmrun_cmd  # noqa: E402
 
 JOBS = {
     "send.50x6": [sys.executable, "-m", "vmsched.apps.send", "-c", "S", "--variant", "50x6", "--iters", "120"],
@@ -79,10 +78,7 @@ def main() -> int:
                     times[(name, q)].append(elapsed(out))
                     print(f"  {name} on {q}: {times[(name, q)][-1]:.3f} s", flush=True)
                     if q == "lbd":  # every decision of the run: the first, then re-decisions
-                        hits = re.findall(rf"action=lbd_decision job={job_id} cvcs=[0-9.]+ ip=([0-9.e-]+) queue=(\w+)",
-                                          m.log_path.read_text())  # fmt: skip
-                        decisions[name].append(" > ".join(f"{qq} (IP {100 * float(ip):.1f} %)" for ip, qq in hits)
-                                               or "undecided")  # fmt: skip
+                        decisions[name].append(lbd_decisions(m.log_path.read_text(), job_id))
     load1 = os.getloadavg()[0]
     src = "vmsched.apps.send"
     print(

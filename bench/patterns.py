@@ -30,7 +30,8 @@ least CAP_MIN_S) is stopped and counted as that long: its ratios are bounds, mar
 results are then checked against the first plain run that ended (none: the default run). With
 --reps > 1 each way's fastest and slowest run are printed beside its median, and the JSON gives the
 largest slowest / fastest of any vmsched way (`vmsched_run_spread_worst`): a default / best ratio within
-that spread is this node's noise as much as a difference between the ways. Last line: JSON.
+that spread is this node's noise as much as a difference between the ways. Under them, the queues the
+detector chose in each default run (the CPU manager's log). Last line: JSON.
 
     python bench/patterns.py [--quick] [--reps 3] [--programs ring,halo2d,ep] [--shapes 4x1,8x2] [--ways local,rr]
                              [--plot FILE]
@@ -39,6 +40,7 @@ that spread is this node's noise as much as a difference between the ways. Last 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import os
@@ -48,7 +50,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -61,6 +63,7 @@ from vmsched.vmruntime.testing import (  # noqa: E402
     compile_c_program,
     cpu_list,
     end_job,
+    lbd_decisions,
     mpiexec,
     node_cpus,
     rank_pids,
@@ -98,6 +101,7 @@ class Run:
     checksum: str
     seconds: float
     capped: bool = False  # stopped at the cap: `seconds` is a lower bound, there is no result
+    decisions: str = ""  # a run with default options: the detector's choices (testing.lbd_decisions)
 
 
 class Program:
@@ -159,20 +163,27 @@ def plain(prog: Program, nranks: int, cpus: int, way: str, cap: float) -> Run:
             end_job(comp)
 
 
-def folded(m: Manager, prog: Program, nranks: int, cpus: int, way: str) -> Run:
+JOB_IDS = itertools.count(9001)  # folded jobs get known ids, so that the log tells their decisions apart
+
+
+def folded(m: Manager, prog: Program, nranks: int, cpus: int, way: str, env: dict[str, str] | None = None) -> Run:
+    """One folded run of `way` (`env`: more runtime settings, for all its jobs) beside the compute job; a
+    run with default options carries the detector's decisions."""
     n = 2 * (len(NODE) - cpus)  # the compute job holds the rest of the node at MPL 2
-    comp = start_compute(vmrun_cmd(m.state_dir, n, 2, COMPUTE, queue="local"), n, m.env()) if n else None
+    e = {**m.env(), **(env or {}), **({"VMRT_YIELD_WAIT_US": "0"} if way == "sleep" else {})}
+    comp = start_compute(vmrun_cmd(m.state_dir, n, 2, COMPUTE, queue="local"), n, e) if n else None
     opts: dict[str, str] = {}
     if way == "local":
         opts["queue"] = "local"
     elif way in HEURISTICS:
         opts = {"queue": "global", "heuristic": way}
-    env = {**m.env(), "VMRT_YIELD_WAIT_US": "0"} if way == "sleep" else m.env()
+    job_id = next(JOB_IDS)
     try:
-        return run(vmrun_cmd(m.state_dir, nranks, nranks // cpus, prog.argv(), **opts), prog, env)
+        r = run(vmrun_cmd(m.state_dir, nranks, nranks // cpus, prog.argv(), job_id=job_id, **opts), prog, e)
     finally:
         if comp:
             end_job(comp)
+    return replace(r, decisions=lbd_decisions(m.log_path.read_text(), job_id)) if not opts else r
 
 
 def calibrate(m: Manager, prog: Program, nranks: int, cpus: int, min_s: float) -> Run:
@@ -268,6 +279,7 @@ def make_row(prog: Program, nranks: int, cpus: int, reps: int, runs: dict[str, l
             "range": {w: [round(min(r.seconds for r in rs), 4), round(max(r.seconds for r in rs), 4)]
                       for w, rs in runs.items()},
             "capped": sorted(w for w, rs in runs.items() if rs[0].capped),
+            "decisions": [r.decisions for r in runs["default"] if r.decisions],
             "reference": ended[0] if ended else "default", "bad": bad}  # fmt: skip
 
 
@@ -308,6 +320,8 @@ def report(rows: list[dict], plot: Path | None) -> int:
                            for w, v in row["seconds"].items())  # fmt: skip
         print(f"  {row['program']} {row['ranks']}x{row['cpus']} (iters {row['iters']}, median of {row['reps']}): "
               + per_way)  # fmt: skip
+        if row["decisions"]:  # the calibration runs, then one per round
+            print(f"    default's queues: {' | '.join(row['decisions'])}")
     rs = [ratios(r) for r in rows]
     loses = [r["timesharing_vs_default"] for r in rs if r.get("timesharing_vs_default", 0) > 1]
     figures = {

@@ -35,7 +35,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import re
 import signal
 import statistics
 import sys
@@ -46,36 +45,16 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from patterns import COMPUTE, NODE, PATTERNS, Program, Run, plain, run, start_compute  # noqa: E402
+from patterns import NODE, PATTERNS, Program, Run, folded, plain  # noqa: E402
 
-from vmsched.vmruntime.testing import Manager, compile_c_program, cpu_list, end_job, vmrun_cmd  # noqa: E402
+from vmsched.vmruntime.testing import Manager, compile_c_program, cpu_list  # noqa: E402
 
 DEFAULT_PROGRAMS = ("ring", "ring-rev", "tree", "random-pairs", "alltoall", "master-worker")
 ENV = {"sleep": {"VMRT_YIELD_WAIT_US": "0"}, "yield": {"VMRT_YIELD_WAIT_MAX_AVG_US": "1000000"}}
 
 
-JOB_IDS = iter(range(9001, 10**9))
-# Which queue the detector chose in each default run: the `lbd_decision` events of the CPU manager's log,
-# first to last, per way of the case at hand (a default run slower than local queues is the detector's doing).
+# The detector's choices in each default run of the case at hand, per way (Run.decisions).
 DECISIONS: dict[str, list[str]] = {}
-
-
-def folded(m: Manager, prog: Program, nranks: int, cpus: int, queue: str | None, env: dict[str, str],
-           job_id: int) -> Run:  # fmt: skip
-    n = 2 * (len(NODE) - cpus)  # the compute job holds the rest of the node at MPL 2
-    e = {**m.env(), **env}
-    comp = start_compute(vmrun_cmd(m.state_dir, n, 2, COMPUTE, queue="local"), n, e) if n else None
-    try:
-        return run(vmrun_cmd(m.state_dir, nranks, nranks // cpus, prog.argv(), queue=queue, job_id=job_id), prog, e)
-    finally:
-        if comp:
-            end_job(comp)
-
-
-def decisions(m: Manager, job_id: int) -> str:
-    pattern = rf"action=lbd_decision job={job_id} cvcs=[0-9.e-]+ ip=([0-9.e-]+) queue=(\w+) decision=\d+ why=(\w+)"
-    hits = re.findall(pattern, m.log_path.read_text())
-    return " > ".join(f"{q} ({why}, IP {100 * float(ip):.1f} %)" for ip, q, why in hits) or "undecided"
 
 
 def one(way: str, prog: Program, nranks: int, cpus: int, managers: dict[str, Manager],
@@ -87,11 +66,10 @@ def one(way: str, prog: Program, nranks: int, cpus: int, managers: dict[str, Man
     env = dict(ENV.get(base, {}))
     if lib:
         env["VMRT_LIBRARY"] = libraries[lib]
-    queue = None if base == "default" else "local"
-    m, job_id = managers["grouped" if grp else "plain"], next(JOB_IDS)
-    r = folded(m, prog, nranks, cpus, queue, env, job_id)
-    if queue is None:
-        DECISIONS.setdefault(way, []).append(decisions(m, job_id))
+    r = folded(managers["grouped" if grp else "plain"], prog, nranks, cpus, "default" if base == "default" else "local",
+               env)  # fmt: skip
+    if r.decisions:
+        DECISIONS.setdefault(way, []).append(r.decisions)
     return r
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -166,6 +167,15 @@ def vmrun_cmd(state_dir: Path, nranks: int, max_mpl: int, command: list[str], qu
     if spin_us is not None:
         cmd += ["--spin-us", str(spin_us)]
     return [*cmd, "--", *command]
+
+
+def lbd_decisions(log_text: str, job_id: int) -> str:
+    """The detector's decisions for one job, first to last, from the CPU manager's log (its `lbd_decision`
+    events): `local (idleness, IP 4.7 %) > global (local_slower, IP 27.7 %)`, or `undecided`. The
+    benchmarks print them beside a default run: one slower than a fixed queue is the detector's doing."""
+    pattern = rf"action=lbd_decision job={job_id} cvcs=[0-9.e-]+ ip=([0-9.e-]+) queue=(\w+) decision=\d+ why=(\w+)"
+    hits = re.findall(pattern, log_text)
+    return " > ".join(f"{queue} ({why}, IP {100 * float(ip):.1f} %)" for ip, queue, why in hits) or "undecided"
 
 
 def node_cpus() -> tuple[int, ...]:
