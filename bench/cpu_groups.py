@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import signal
 import statistics
 import sys
@@ -26,7 +25,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from patterns import COMPUTE, PATTERNS, Program, Run, run, start_compute  # noqa: E402
+from patterns import COMPUTE, PATTERNS, Program, Run, run, scaled, start_compute  # noqa: E402
 
 from vmsched.vmruntime.testing import Manager, compile_c_program, end_job, mpiexec, vmrun_cmd  # noqa: E402
 
@@ -79,12 +78,8 @@ def main() -> int:
             managers = {"grouped": on, "ungrouped": plain}
             for name in names:
                 prog = Program(name, exe)
-                ref = one(prog, "taskset", args.ranks, managers)  # calibrate the iterations on the reference
-                for _ in range(3):
-                    if args.min_s <= ref.seconds <= 3 * args.min_s:
-                        break
-                    prog.iters = max(1, math.ceil(prog.iters * 1.25 * args.min_s / max(ref.seconds, 0.01)))
-                    ref = one(prog, "taskset", args.ranks, managers)
+                # the iterations calibrated on the reference
+                ref = scaled(prog, lambda: one(prog, "taskset", args.ranks, managers), args.min_s)  # noqa: B023
                 runs: dict[str, list[Run]] = {w: [] for w in ways}
                 for rnd in range(args.reps):
                     for w in ways:

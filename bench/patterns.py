@@ -50,6 +50,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -186,17 +187,39 @@ def folded(m: Manager, prog: Program, nranks: int, cpus: int, way: str, env: dic
     return replace(r, decisions=lbd_decisions(m.log_path.read_text(), job_id)) if not opts else r
 
 
-def calibrate(m: Manager, prog: Program, nranks: int, cpus: int, min_s: float) -> Run:
-    """The folded run with default options, with the iteration count scaled until it lasts min_s to
-    3 min_s (the count of the shape before is the first guess: down as well as up, or 8 ranks of a ring
-    on two CPUs ran 8 s a run)."""
-    run = folded(m, prog, nranks, cpus, "default")
+def scaled(prog: Program, once: Callable[[], Run], min_s: float) -> Run:
+    """Run `once`, scaling the pattern's iteration count until the run lasts min_s to 3 min_s (at most
+    three times; the count of the case before is the first guess: down as well as up, or 8 ranks of a
+    ring on two CPUs ran 8 s a run). An app runs as it is. The last run is returned."""
+    run = once()
     for _ in range(3):
         if prog.is_app or min_s <= run.seconds <= 3 * min_s:
             break
         prog.iters = max(1, math.ceil(prog.iters * 1.25 * min_s / max(run.seconds, 0.01)))
-        run = folded(m, prog, nranks, cpus, "default")
+        run = once()
     return run
+
+
+def calibrate(m: Manager, prog: Program, nranks: int, cpus: int, min_s: float) -> Run:
+    """The folded run with default options, its iteration count scaled to last min_s to 3 min_s."""
+    return scaled(prog, lambda: folded(m, prog, nranks, cpus, "default"), min_s)
+
+
+def parse_shapes(spec: str) -> list[tuple[int, int]]:
+    """`4x1,8x2` -> [(4, 1), (8, 2)], each RANKSxCPUS with 1 to all CPUs of the node and a rank per CPU at
+    least; ValueError with the reason otherwise."""
+    try:
+        shapes = [tuple(map(int, s.split("x"))) for s in spec.split(",")]
+    except ValueError:
+        shapes = []
+    if not shapes or any(len(shape) != 2 for shape in shapes):
+        raise ValueError(f"--shapes {spec!r}: expected RANKSxCPUS,... (e.g. 4x1,8x2)")
+    for nranks, cpus in shapes:
+        if not 1 <= cpus <= len(NODE) or nranks < cpus:
+            raise ValueError(
+                f"shape {nranks}x{cpus}: needs 1 to {len(NODE)} CPUs (this node) and a rank per CPU at least"
+            )
+    return shapes  # type: ignore[return-value]
 
 
 def main() -> int:
@@ -217,14 +240,9 @@ def main() -> int:
         p.error(f"--reps must be at least 1, not {args.reps}")
     names = args.programs.split(",") if args.programs else [*PATTERNS, *APPS]
     try:
-        shapes = [tuple(map(int, s.split("x"))) for s in args.shapes.split(",")] if args.shapes else list(SHAPES)
-        if any(len(shape) != 2 for shape in shapes):
-            raise ValueError
-    except ValueError:
-        p.error(f"--shapes {args.shapes!r}: expected RANKSxCPUS,... (e.g. 4x1,8x2)")
-    for nranks, cpus in shapes:
-        if not 1 <= cpus <= len(NODE) or nranks < cpus:
-            p.error(f"shape {nranks}x{cpus}: needs 1 to {len(NODE)} CPUs (this node) and a rank per CPU at least")
+        shapes = parse_shapes(args.shapes) if args.shapes else list(SHAPES)
+    except ValueError as e:
+        p.error(str(e))
     ways = [*VMSCHED_WAYS, *PLAIN_WAYS]
     if args.quick:
         shapes, ways = [(4, 1)], ["default", "progress", "sender", "local", "taskset"]

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import signal
 import statistics
 import sys
@@ -45,16 +44,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from patterns import NODE, PATTERNS, Program, Run, folded, plain  # noqa: E402
+from patterns import NODE, PATTERNS, Program, Run, folded, parse_shapes, plain, scaled  # noqa: E402
 
 from vmsched.vmruntime.testing import Manager, compile_c_program, cpu_list  # noqa: E402
 
 DEFAULT_PROGRAMS = ("ring", "ring-rev", "tree", "random-pairs", "alltoall", "master-worker")
 ENV = {"sleep": {"VMRT_YIELD_WAIT_US": "0"}, "yield": {"VMRT_YIELD_WAIT_MAX_AVG_US": "1000000"}}
-
-
-# The detector's choices in each default run of the case at hand, per way (Run.decisions).
-DECISIONS: dict[str, list[str]] = {}
 
 
 def one(way: str, prog: Program, nranks: int, cpus: int, managers: dict[str, Manager],
@@ -66,11 +61,8 @@ def one(way: str, prog: Program, nranks: int, cpus: int, managers: dict[str, Man
     env = dict(ENV.get(base, {}))
     if lib:
         env["VMRT_LIBRARY"] = libraries[lib]
-    r = folded(managers["grouped" if grp else "plain"], prog, nranks, cpus, "default" if base == "default" else "local",
-               env)  # fmt: skip
-    if r.decisions:
-        DECISIONS.setdefault(way, []).append(r.decisions)
-    return r
+    way = "default" if base == "default" else "local"
+    return folded(managers["grouped" if grp else "plain"], prog, nranks, cpus, way, env)
 
 
 def main() -> int:
@@ -89,11 +81,9 @@ def main() -> int:
     if bad:
         p.error(f"unknown program(s) {', '.join(bad)}; choose from {', '.join(PATTERNS)}")
     try:
-        shapes = [tuple(map(int, s.split("x"))) for s in args.shapes.split(",")]
-        if any(len(s) != 2 or not 1 <= s[1] <= len(NODE) or s[0] < s[1] for s in shapes):
-            raise ValueError
-    except ValueError:
-        p.error(f"--shapes {args.shapes!r}: RANKSxCPUS with 1 to {len(NODE)} CPUs and a rank per CPU at least")
+        shapes = parse_shapes(args.shapes)
+    except ValueError as e:
+        p.error(str(e))
     if args.reps < 1:
         p.error("--reps must be at least 1")
     libraries: dict[str, str] = {}
@@ -121,21 +111,15 @@ def main() -> int:
             for name in names:
                 for nranks, cpus in shapes:
                     prog = Program(name, exe)
-                    ref = one("sleep", prog, nranks, cpus, managers, libraries)
-                    for _ in range(3):
-                        if args.min_s <= ref.seconds <= 3 * args.min_s:
-                            break
-                        prog.iters = max(1, math.ceil(prog.iters * 1.25 * args.min_s / max(ref.seconds, 0.01)))
-                        ref = one("sleep", prog, nranks, cpus, managers, libraries)
+                    scaled(prog, lambda: one("sleep", prog, nranks, cpus, managers, libraries), args.min_s)  # noqa: B023
                     runs: dict[str, list[Run]] = {w: [] for w in ways}
-                    DECISIONS.clear()
                     for rnd in range(args.reps):
                         for w in ways:
                             runs[w].append(one(w, prog, nranks, cpus, managers, libraries))
                         print(f"  {name} {nranks}x{cpus}: round {rnd + 1}/{args.reps}", file=sys.stderr, flush=True)
-                    rows.append(make_row(name, nranks, cpus, prog.iters, runs) | {"decisions": dict(DECISIONS)})
+                    rows.append(make_row(name, nranks, cpus, prog.iters, runs))
                     print(line(rows[-1]), flush=True)
-                    for w, ds in DECISIONS.items():
+                    for w, ds in rows[-1]["decisions"].items():
                         print(f"    {w}: {' | '.join(ds)}", flush=True)
     return report(rows)
 
@@ -146,7 +130,9 @@ def make_row(name: str, nranks: int, cpus: int, iters: int, runs: dict[str, list
     seconds = {w: [r.seconds for r in rs] for w, rs in runs.items()}
     return {"program": name, "shape": f"{nranks}x{cpus}", "iters": iters, "bad": bad,
             "seconds": {w: statistics.median(v) for w, v in seconds.items()},
-            "range": {w: (min(v), max(v)) for w, v in seconds.items()}}  # fmt: skip
+            "range": {w: (min(v), max(v)) for w, v in seconds.items()},
+            "decisions": {w: [r.decisions for r in rs] for w, rs in runs.items()
+                          if any(r.decisions for r in rs)}}  # fmt: skip
 
 
 def line(row: dict) -> str:
