@@ -34,7 +34,7 @@ DEFAULT_PROGRAMS = ("alltoall", "random-pairs", "halo2d", "master-worker", "ring
 
 def one(prog: Program, way: str, nranks: int, managers: dict[str, Manager]) -> Run:
     """One run of `way` (taskset, or QUEUE@grouped / QUEUE@ungrouped) beside the compute job."""
-    comp = start_compute(["taskset", "-c", "1", mpiexec(), "-n", "2", *COMPUTE])
+    comp = start_compute(["taskset", "-c", "1", mpiexec(), "-n", "2", *COMPUTE], 2)
     try:
         if way == "taskset":
             return run(["taskset", "-c", "0", mpiexec(), "-n", str(nranks), *prog.argv()], prog)
