@@ -8,6 +8,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ import zmq
 
 from tests.conftest import BIN, CpuManagerProcess, vmsched_shm_entries, wait_for
 from vmsched.cpumanager import shm_layout as L
+from vmsched.cpumanager.processes import cpu_idle_s
 from vmsched.cpumanager.table import SharedTable
 from vmsched.protocol import MAX_REQUEST_BYTES, ProtocolError
 
@@ -347,3 +349,18 @@ def test_table_full_and_attach_errors(tmp_path):
 
 if __name__ == "__main__":
     sys.exit(pytest.main([__file__, "-q"]))
+
+
+def test_idle_time_of_a_cpu_stands_still_while_a_process_keeps_it_busy(spawn):
+    """The LBD's trials charge a job for the CPUs of its partition that stand idle (proc.cpu_idle_s):
+    a CPU that a spinning process holds gains no idle time, and every CPU of the node is read."""
+    cpu = max(os.sched_getaffinity(0))
+    spin = spawn(sys.executable, "-c", "while True: pass")
+    os.sched_setaffinity(spin.pid, {cpu})
+    time.sleep(0.3)  # started and spinning
+    before = cpu_idle_s()
+    time.sleep(0.6)
+    after = cpu_idle_s()
+    assert os.sched_getaffinity(0) <= set(before) and set(before) == set(after)
+    assert all(after[c] >= before[c] for c in before)
+    assert after[cpu] - before[cpu] <= 0.05  # one tick of rounding at each end, not the 0.6 s it was busy

@@ -25,22 +25,28 @@ Rates = Callable[[int], Sequence[float]]  # quantum -> each rank's CPU share of 
 
 def drive(rates: Rates, quanta: int, params: LbdParams = P, state: LbdState | None = None,
           switches: float = 20.0, noise: Callable[[], float] | None = None,
-          speed: Callable[[bool], float] | None = None) -> list[LbdState]:  # fmt: skip
+          speed: Callable[[bool], float] | None = None,
+          idle: Callable[[bool], float] | None = None, local_rates: Rates | None = None) -> list[LbdState]:  # fmt: skip
     """Run the detector over `quanta` quanta; `noise()` shifts each CPU time read (a rank caught
-    inside or outside a compute phase); `speed(local)`: the job's MPI calls per CPU second on that
-    queue (None: the manager gives no call counts)."""
+    inside or outside a compute phase); `speed(local)`: the job's MPI calls per CPU second of its ranks
+    on that queue (None: the manager gives no call counts); `idle(local)`: the CPUs of its partition
+    that no rank uses there, a fraction of them (None: the manager gives no idle time); `local_rates`:
+    the CPU shares on local queues, if not `rates`."""
     state = state or LbdState()
     n = len(rates(0))
-    cpu, sw, calls = [0.0] * n, [0.0] * n, 0.0
+    cpu, sw, calls, idled = [0.0] * n, [0.0] * n, 0.0, 0.0
     out = []
     for q in range(quanta):
-        cpu = [c + r * Q for c, r in zip(cpu, rates(q), strict=True)]
+        now = (local_rates or rates)(q) if state.queue_local else rates(q)
+        cpu = [c + r * Q for c, r in zip(cpu, now, strict=True)]
         sw = [s + switches for s in sw]
-        calls += speed(state.queue_local) * sum(rates(q)) * Q if speed else 0.0
+        calls += speed(state.queue_local) * sum(now) * Q if speed else 0.0
+        idled += idle(state.queue_local) * Q * 2 if idle else 0.0  # two CPUs
         user = None
         if state.wants_user_times(params):
             user = [c + (noise() if noise else 0.0) for c in cpu]
-        state = lbd_step(state, sw, user, params, calls if speed else None)
+        state = lbd_step(state, sw, user, params, calls if speed else None,
+                         idle=idled if idle and user is not None else None)  # fmt: skip
         out.append(state)
     return out
 
@@ -247,6 +253,25 @@ def test_outside_load_during_the_local_trial_does_not_count_against_local_queues
     states = drive(lambda q: [0.5] * 4 if q <= first else [0.1] * 4, 400, speed=lambda local: 1000.0)
     assert [local for _, local in decisions(states)] == [True]
     assert states[-1].rate_local is not None and abs(states[-1].rate_local - 1000.0) < 1e-6
+
+
+@pytest.mark.parametrize("counted", [True, False])
+def test_cpus_left_idle_on_local_queues_count_against_them(counted: bool) -> None:
+    """An imbalanced job (IP 30 %) that keeps both CPUs busy on the global queue. On local queues its ranks
+    sleep through their waits: they make 30 % more MPI calls per CPU second of their own, but run half
+    as much, and half of the two CPUs stands idle, so the job makes 0.65 times the progress in the same
+    time. The trials count the CPU time the job had, its idle CPUs included: the reverse trial fails.
+    Without the idle times (a manager that cannot read them) the ranks' CPU time alone keeps it local."""
+    busy = [s * 2 / 1.4 for s in shares(0.3)]  # two CPUs' worth
+    states = drive(lambda q: busy, 400, speed=lambda local: RING * (1.3 if local else 1.0),
+                   idle=(lambda local: 0.5 if local else 0.0) if counted else None,
+                   local_rates=lambda q: [s / 2 for s in busy])  # fmt: skip
+    first = decisions(states)[0][0]
+    assert states[first].queue_local and states[first].reverse  # tried on local queues
+    assert states[-1].queue_local != counted
+    if counted:
+        back = states[decisions(states)[1][0]]
+        assert back.rate_local == pytest.approx(back.rate_global * 0.65, rel=0.05)
 
 
 def _window(states: list[LbdState]) -> int:

@@ -60,6 +60,16 @@ which changes from one window to the next, cancels out (per quantum, the trial s
 back to the global queue at load 11). The margin is 20 %: a balanced send.S read 182-216 calls per
 CPU second on the global queue and 182-209 on local queues from one window to the next (load 11).
 
+The CPU seconds of a trial and of its window are the job's: its ranks' CPU time and the time the CPUs
+of its partition stood idle (the manager reads /proc/stat's idle time at the instants it reads the
+ranks'). A CPU that no rank uses is progress the job forgoes, but its ranks' CPU time does not show it:
+a job whose ranks sleep through their waits on local queues (the runtime's short-wait rule puts a rank
+whose calls wait over 30 us to sleep at once) while a CPU stands idle would read as making more progress
+per CPU second there even when it makes less per second of wall time. Other processes' time on those
+CPUs is still left out, so outside load still cancels out. On this 2-CPU node the windows and trials of
+send.50x6, master-worker and the reduction tree (4 and 8 ranks) saw 0-0.08 s of idle time against
+0.13-0.8 s of the ranks' CPU time, so their decisions did not change.
+
 Reverse trial (ours): the idleness that the global queue shows is partly its own making, and an
 imbalanced job is not always faster there. A ring of 4 ranks folded 2 per CPU reads IP 9-19 % there in
 one run in three (which ranks get the CPU depends on the token's hand-offs as much as on the program),
@@ -153,6 +163,7 @@ class LbdState:
     decisions: int = 0  # windows that decided (the first decision and every re-decision)
     since_decision: int = 0  # quanta since the last decision (drives the periodic re-measure)
     base_calls: float | None = None  # the ranks' MPI calls at the start of the open window
+    base_idle: float | None = None  # the partition's idle CPU seconds then (the start of a trial, too)
     rate_global: float | None = None  # MPI calls per CPU second over the last global window
     rate_local: float | None = None  # ... over the last local trial
     trial_quanta: int = 0  # quanta into the local trial; 0: none running
@@ -220,13 +231,21 @@ def _measuring(state: LbdState, switches: Sequence[float], params: LbdParams) ->
     return replace(state, cvcs=value, stable_count=count, busy_quanta=settling)
 
 
+def _idle_since(base: float | None, idle: float | None) -> float:
+    """Idle CPU seconds of the partition since `base` (0 where either reading is missing)."""
+    return max(0.0, idle - base) if idle is not None and base is not None else 0.0
+
+
 def _decide(state: LbdState, ip: float | None, local: bool, times: tuple[float, ...], calls: float | None,
-            cpu: float, quanta: int) -> LbdState:  # fmt: skip
+            cpu: float, quanta: int, idle: float | None = None) -> LbdState:  # fmt: skip
     """Decide; a local decision is tried against the global window that led to it (MPI calls per
-    CPU second of the job's ranks over the window: `cpu` seconds in all, `quanta` long)."""
+    CPU second the job had over the window: its ranks' `cpu` seconds in all and its partition's idle
+    time, `quanta` long)."""
+    cpu += _idle_since(state.base_idle, idle)
     rate = (calls - state.base_calls) / cpu if calls is not None and state.base_calls is not None and cpu > 0 else None
     trial = local and rate is not None and rate > 0
     return replace(state, phase=LBD_DECIDED, ip=ip, local=local, base_user=times, base_calls=calls, quanta_stable=0,
+                   base_idle=idle if times else None,
                    against=0, below=0, decisions=state.decisions + 1, since_decision=0, rate_global=rate,
                    rate_local=None, trial_quanta=1 if trial else 0, trial_base=calls or 0.0, trial_len=quanta,
                    hold_global=False, band=False)  # fmt: skip
@@ -243,14 +262,15 @@ def _trial_glance(state: LbdState, params: LbdParams) -> bool:
     return state.reverse and state.trial_quanta == params.trial_min_quanta and not _trial_due(state, params)
 
 
-def _trial(state: LbdState, calls: float, times: Sequence[float] | None, since: int, params: LbdParams) -> LbdState:
+def _trial(state: LbdState, calls: float, times: Sequence[float] | None, since: int, params: LbdParams,
+           idle: float | None) -> LbdState:  # fmt: skip
     """One quantum of a local trial: at its end keep local queues unless they made measurably less
     progress per CPU second (a round robin that wakes ranks that cannot go on burns CPU in hand-offs
     and polls; counting per CPU second, not per quantum, keeps outside load out of the comparison)."""
     glance = _trial_glance(state, params)
     if not (glance or _trial_due(state, params)) or times is None or len(times) != len(state.base_user):
         return replace(state, trial_quanta=state.trial_quanta + 1, since_decision=since)
-    cpu = sum(max(0.0, u - b) for u, b in zip(times, state.base_user, strict=True))
+    cpu = sum(max(0.0, u - b) for u, b in zip(times, state.base_user, strict=True)) + _idle_since(state.base_idle, idle)
     if cpu <= 0:
         return replace(state, trial_quanta=state.trial_quanta + 1, since_decision=since)
     rate = (calls - state.trial_base) / cpu
@@ -278,12 +298,15 @@ def lbd_step(
     params: LbdParams,
     calls: float | None = None,
     ncpus: int | None = None,
+    idle: float | None = None,
 ) -> LbdState:
     """Advance the detector by one quantum. `switches`: the ranks' context-switch counts (needed while
     measuring only). `user_times`: the ranks' CPU times in seconds, given when
     `state.wants_user_times(params)` said so (None otherwise, or if a rank could not be read).
     `calls`: the MPI calls the job's ranks have made so far (None: no local trials). `ncpus`: the
-    size of the job's partition (None: not known; 0: none now, nothing to measure)."""
+    size of the job's partition (None: not known; 0: none now, nothing to measure). `idle`: the idle CPU
+    seconds of the job's partition so far, read with `user_times` (None: not known; the trials then
+    count the ranks' CPU time alone)."""
     if ncpus is not None:
         if ncpus == 0:
             return state
@@ -298,7 +321,7 @@ def lbd_step(
         return _measuring(state, switches, params)
     since = state.since_decision + 1
     if state.phase == LBD_DECIDED and state.local and state.trial_quanta and calls is not None:
-        return _trial(state, calls, user_times, since, params)
+        return _trial(state, calls, user_times, since, params, idle)
     if state.phase == LBD_DECIDED and (state.local or state.hold_global):
         if since >= params.remeasure_quanta:  # back to the global queue for one window
             return replace(state, phase=LBD_STABLE, base_user=(), quanta_stable=0, since_decision=since,
@@ -308,7 +331,7 @@ def lbd_step(
         return replace(state, quanta_stable=state.quanta_stable + 1, since_decision=since)
     times = tuple(user_times)
     if not state.base_user or len(state.base_user) != len(times):
-        return replace(state, base_user=times, base_calls=calls, quanta_stable=0, since_decision=since)
+        return replace(state, base_user=times, base_calls=calls, base_idle=idle, quanta_stable=0, since_decision=since)
     quanta = state.quanta_stable + 1
     used = [max(0.0, u - b) for u, b in zip(times, state.base_user, strict=True)]
     mean = sum(used) / len(used)
@@ -324,11 +347,11 @@ def lbd_step(
         local = ip < cut
         # Found imbalanced (within reverse_band of the threshold): try local queues (reverse trial).
         reverse = not local and ip < params.threshold + params.reverse_band
-        decided = _decide(state, ip, local or reverse, times, calls, sum(used), quanta)
+        decided = _decide(state, ip, local or reverse, times, calls, sum(used), quanta, idle)
         if reverse and decided.trial_quanta:
             decided = replace(decided, reverse=True)
         elif reverse:  # no trial without a rate of calls to compare with: global, as the window said
-            decided = _decide(state, ip, False, times, calls, sum(used), quanta)
+            decided = _decide(state, ip, False, times, calls, sum(used), quanta, idle)
         return replace(decided, short_phases=enough_calls and mean < params.window_cpu_s)
     # Decided, global queue: keep measuring; move to local queues only on clear, repeated evidence.
     if mean < params.recheck_cpu_s and not enough_calls:
@@ -343,10 +366,10 @@ def lbd_step(
         against = state.against if ip < params.threshold else 0
     below = state.below + 1 if ip < params.threshold else 0
     if against >= params.confirm:
-        return _decide(state, ip, True, times, calls, sum(used), quanta)  # short_phases as it was
+        return _decide(state, ip, True, times, calls, sum(used), quanta, idle)  # short_phases as it was
     if below >= params.band_windows:  # never clearly balanced, never imbalanced: let a trial settle it
-        decided = _decide(state, ip, True, times, calls, sum(used), quanta)
+        decided = _decide(state, ip, True, times, calls, sum(used), quanta, idle)
         if decided.trial_quanta:
             return replace(decided, band=True)
-    return replace(state, ip=ip, base_user=times, base_calls=calls, quanta_stable=0, against=against, below=below,
-                   since_decision=since)  # fmt: skip
+    return replace(state, ip=ip, base_user=times, base_calls=calls, base_idle=idle, quanta_stable=0, against=against,
+                   below=below, since_decision=since)  # fmt: skip

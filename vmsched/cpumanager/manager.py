@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -89,6 +90,9 @@ class CpuManager:
                                     window_cpu_s=cm.lbd_window_cpu_ms / 1000,
                                     remeasure_quanta=cm.lbd_remeasure_quanta)  # fmt: skip
         self.lbd: dict[int, LbdState] = {}
+        # job id -> (its CPUs, their idle seconds and the time, when last read; the idle seconds of its CPUs so far)
+        self.idle_seen: dict[int, tuple[tuple[int, ...], tuple[float, ...], float, float]] = {}
+        self.idle_now: tuple[int, float, dict[int, float]] = (-1, 0.0, {})  # (quantum, time, proc.cpu_idle_s())
         self.ranks: dict[RankKey, _Rank] = {}
         self.segs: dict[int, JobSegmentFile] = {}  # job id -> its job segment
         self.snaps: dict[int, np.ndarray] = {}  # job id -> last copy of its rank slots (untrusted)
@@ -481,11 +485,12 @@ class CpuManager:
                 t = proc.cpu_time_us(self.ranks[k].pid)
                 times.append(t if self.exits.alive(_wkey(k)) else None)
             user = None if None in times else [t / 1e6 for t in times]  # type: ignore[operator]
+        idle = self._partition_idle(j) if user is not None else None
         switches = [int(snap["ctx_switches"][r]) if r < len(snap) else 0 for r in slots] \
             if state.phase == L.LBD_MEASURING else []  # fmt: skip
         live = [r for r in slots if r < len(snap)]
         calls = float(snap["mpi_calls"][live].sum()) if state.phase != L.LBD_MEASURING else None
-        new = lbd_step(state, switches, user, self.lbd_params, calls, ncpus=len(j.cpus))
+        new = lbd_step(state, switches, user, self.lbd_params, calls, ncpus=len(j.cpus), idle=idle)
         self.lbd[j.job_id] = new
         shown = (new.phase, new.cvcs, new.ip, new.queue_local, new.rate_local)
         if shown == (state.phase, state.cvcs, state.ip, state.queue_local, state.rate_local):
@@ -509,6 +514,24 @@ class CpuManager:
             event(log, "lbd_remeasure", job=j.job_id, quanta=state.since_decision + 1)
         elif new.phase == L.LBD_DECIDED and new.ip != state.ip:  # a re-check window of a global job closed
             event(log, "lbd_recheck", job=j.job_id, ip=round(new.ip or 0, 4), against=new.against)
+
+    def _partition_idle(self, j: JobView) -> float | None:
+        """The idle seconds of the job's CPUs while it held them, summed since the first read: a
+        repartition between two reads leaves that stretch out (its CPUs were others'). None if
+        /proc/stat lacks one of them."""
+        if self.idle_now[0] != self.quanta:
+            self.idle_now = (self.quanta, time.monotonic(), proc.cpu_idle_s())
+        _, at, now = self.idle_now
+        if not j.cpus or any(c not in now for c in j.cpus):
+            self.idle_seen.pop(j.job_id, None)
+            return None
+        reads = tuple(now[c] for c in j.cpus)
+        cpus, before, then, total = self.idle_seen.get(j.job_id, (j.cpus, reads, at, 0.0))
+        if cpus == j.cpus:  # no more than the CPUs' time (the counters are ticks, and a CPU's may lag)
+            idle = sum(max(0.0, a - b) for a, b in zip(reads, before, strict=True))
+            total += min(idle, (at - then + 0.02) * len(cpus))
+        self.idle_seen[j.job_id] = (j.cpus, reads, at, total)
+        return total
 
     # -- helpers ---------------------------------------------------------------------------------
     def _shapes(self) -> list[JobShape]:
@@ -650,7 +673,8 @@ class CpuManager:
         for path in sorted(self.mpi_segs.pop(j.job_id, ())):
             remove_owned(path, j.uid)
         self.groups.remove(j.job_id)
-        for d in (self.snaps, self.tracked, self.rejected, self.verified, self.refusals, self.lbd, self.pinned_gen):
+        for d in (self.snaps, self.tracked, self.rejected, self.verified, self.refusals, self.lbd, self.pinned_gen,
+                  self.idle_seen):  # fmt: skip
             d.pop(j.job_id, None)
         self.one_shot.discard(j.job_id)
         self.exits.unwatch(("leader", j.job_id))

@@ -127,6 +127,25 @@ def cpu_time_us(pid: int) -> int | None:
         return None
 
 
+def cpu_idle_s() -> dict[int, float]:
+    """Idle seconds (idle + iowait) of each online CPU since boot, by CPU number, from /proc/stat ({} if
+    it cannot be read). For the LBD's trials: a CPU of the job's partition that no rank uses is CPU time
+    the job had and left. Parsed here rather than with psutil.cpu_times(percpu=True), whose list drops
+    the CPU numbers (offline CPUs shift it). The kernel counts idle time to the nanosecond but prints
+    ticks (10 ms); over a window of a few hundred CPU-milliseconds that is an error of a few percent."""
+    out: dict[int, float] = {}
+    try:
+        with open("/proc/stat", "rb") as f:
+            for line in f:
+                if not line.startswith(b"cpu") or line[3:4] == b" ":
+                    continue
+                name, _user, _nice, _system, idle, iowait, *_ = line.split()
+                out[int(name[3:])] = (int(idle) + int(iowait)) / _CLK_TCK
+    except (OSError, ValueError):
+        return {}
+    return out
+
+
 def affinity_within(pid: int, cpus: tuple[int, ...]) -> bool:
     """Whether the process may run only on some of `cpus` (False if it is gone)."""
     try:
