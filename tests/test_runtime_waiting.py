@@ -188,11 +188,13 @@ def test_a_receiver_whose_message_was_not_counted_is_not_passed_over_for_good(ma
 @pytest.mark.parametrize("queue", ["local", "global"])
 def test_receives_no_counted_message_can_match_leave_the_counts_alone(manager, tmp_path, queue):
     """Receives from MPI_PROC_NULL and over an inter-communicator (nonblocking, blocking, persistent,
-    Sendrecv) complete without a message the runtime counted. Each took one off its rank's count of
+    Sendrecv, and matched probes: Mprobe + Mrecv, Improbe + Imrecv) complete without a message the
+    runtime counted. Each took one off its rank's count of
     messages sent to it: rank 1, holding a message it had not taken yet, looked as though nothing were
     on its way (unconsumed 0, the heuristics pass such a rank over). It must still count that one. The
     message was sent by MPI_Isendrecv, and answered by MPI_Isendrecv_replace: before they were wrapped,
-    that send was not counted either (rank 1 read 0, rank 0 had sent 0)."""
+    that send was not counted either (rank 1 read 0, rank 0 had sent 0). Mrecv and Imrecv name a message,
+    not its communicator: the runtime keeps the sender of each probed message (before, rank 1 read 0)."""
     exe = compile_c_program(REPO / "tests" / "c" / "nullpeer.c", tmp_path)
     go = tmp_path / "go"
     cmd = vmrun_cmd(manager.state_dir, 4, 4, [str(exe), "200", str(go)], queue=queue)

@@ -1,5 +1,6 @@
-/* Receives that no counted message can match: from MPI_PROC_NULL (Irecv + Wait, Recv, Sendrecv) and
- * over an inter-communicator (Irecv + Wait, Recv, Recv_init + Start + Wait), while rank 1 holds one
+/* Receives that no counted message can match: from MPI_PROC_NULL (Irecv + Wait, Recv, Sendrecv, Mprobe +
+ * Mrecv) and over an inter-communicator (Irecv + Wait, Recv, Recv_init + Start + Wait, Mprobe + Mrecv,
+ * Improbe + Imrecv + Wait), while rank 1 holds one
  * counted message it has not taken yet, sent by rank 0's MPI_Isendrecv (whose receive waits for rank
  * 1's answer). Then rank 1 prints "held" and waits, outside MPI, until the file named by its second
  * argument exists (the test reads the job segment meanwhile), takes the message and answers it with
@@ -32,17 +33,26 @@ int main(int argc, char **argv) {
         MPI_Recv(&v, 1, MPI_LONG, MPI_PROC_NULL, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
         MPI_Sendrecv(&i, 1, MPI_LONG, MPI_PROC_NULL, 0, &v, 1, MPI_LONG, MPI_PROC_NULL, 0, MPI_COMM_WORLD,
                      MPI_STATUS_IGNORE);
+        MPI_Message msg;
+        MPI_Mprobe(MPI_PROC_NULL, 0, MPI_COMM_WORLD, &msg, MPI_STATUS_IGNORE);
+        MPI_Mrecv(&v, 1, MPI_LONG, &msg, MPI_STATUS_IGNORE);
         ok &= v == -1;
-        if (rank == 0) { /* to the other group's rank 0: world rank 1, three messages */
-            for (int t = 1; t <= 3; t++) MPI_Send(&i, 1, MPI_LONG, 0, t, inter);
+        if (rank == 0) { /* to the other group's rank 0: world rank 1, five messages */
+            for (int t = 1; t <= 5; t++) MPI_Send(&i, 1, MPI_LONG, 0, t, inter);
         } else if (rank == 1) {
-            long a = -1, b = -1;
+            long a = -1, b = -1, c = -1, d = -1;
+            int flag = 0;
             MPI_Irecv(&a, 1, MPI_LONG, 0, 1, inter, &rq);
             MPI_Wait(&rq, MPI_STATUS_IGNORE);
             MPI_Recv(&b, 1, MPI_LONG, 0, 2, inter, MPI_STATUS_IGNORE);
             MPI_Start(&prq);
             MPI_Wait(&prq, MPI_STATUS_IGNORE);
-            ok &= a == i && b == i && pv == i;
+            MPI_Mprobe(0, 4, inter, &msg, MPI_STATUS_IGNORE);
+            MPI_Mrecv(&c, 1, MPI_LONG, &msg, MPI_STATUS_IGNORE);
+            while (!flag) MPI_Improbe(0, 5, inter, &flag, &msg, MPI_STATUS_IGNORE);
+            MPI_Imrecv(&d, 1, MPI_LONG, &msg, &rq);
+            MPI_Wait(&rq, MPI_STATUS_IGNORE);
+            ok &= a == i && b == i && pv == i && c == i && d == i;
         }
     }
     if (rank == 1) {
