@@ -419,6 +419,10 @@ def draw(rows: list[dict], rs: list[dict[str, float]], path: Path) -> None:
             top = (bar.get_x() + bar.get_width() / 2, bar.get_height())
             ax.annotate("<", top, ha="center", va="bottom", fontsize=7)
     ax.bar([i + 0.2 for i in x], [r["default_vs_best"] for r in rs], 0.4, label="default / best vmsched way")
+    held = [(i + 0.2, r["default_vs_best_held_out"]) for i, r in zip(x, rs, strict=True)
+            if "default_vs_best_held_out" in r]  # fmt: skip
+    if held:
+        ax.scatter(*zip(*held, strict=True), marker="D", s=14, color="k", zorder=3, label="default / best, held out")
     ax.axhline(1.1, color="red", lw=0.8, ls="--", label="1.1")
     ax.set_xticks(list(x), labels, rotation=75, fontsize=7)
     ax.set_ylabel("time ratio (lower is better)")
