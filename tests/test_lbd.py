@@ -26,12 +26,13 @@ Rates = Callable[[int], Sequence[float]]  # quantum -> each rank's CPU share of 
 def drive(rates: Rates, quanta: int, params: LbdParams = P, state: LbdState | None = None,
           switches: float = 20.0, noise: Callable[[], float] | None = None,
           speed: Callable[[bool], float] | None = None,
-          idle: Callable[[bool], float] | None = None, local_rates: Rates | None = None) -> list[LbdState]:  # fmt: skip
+          idle: Callable[[bool], float] | None = None, local_rates: Rates | None = None,
+          clock: bool = False) -> list[LbdState]:  # fmt: skip
     """Run the detector over `quanta` quanta; `noise()` shifts each CPU time read (a rank caught
     inside or outside a compute phase); `speed(local)`: the job's MPI calls per CPU second of its ranks
     on that queue (None: the manager gives no call counts); `idle(local)`: the CPUs of its partition
     that no rank uses there, a fraction of them (None: the manager gives no idle time); `local_rates`:
-    the CPU shares on local queues, if not `rates`."""
+    the CPU shares on local queues, if not `rates`; `clock`: give the time of each read of CPU times."""
     state = state or LbdState()
     n = len(rates(0))
     cpu, sw, calls, idled = [0.0] * n, [0.0] * n, 0.0, 0.0
@@ -46,7 +47,8 @@ def drive(rates: Rates, quanta: int, params: LbdParams = P, state: LbdState | No
         if state.wants_user_times(params):
             user = [c + (noise() if noise else 0.0) for c in cpu]
         state = lbd_step(state, sw, user, params, calls if speed else None,
-                         idle=idled if idle and user is not None else None)  # fmt: skip
+                         idle=idled if idle and user is not None else None,
+                         now=(q + 1) * Q if clock and user is not None else None)  # fmt: skip
         out.append(state)
     return out
 
@@ -272,6 +274,32 @@ def test_cpus_left_idle_on_local_queues_count_against_them(counted: bool) -> Non
     if counted:
         back = states[decisions(states)[1][0]]
         assert back.rate_local == pytest.approx(back.rate_global * 0.65, rel=0.05)
+
+
+@pytest.mark.parametrize(("cpu_speed", "share", "clock", "kept"), [
+    (1.05, 1.10, True, True),  # master-worker: 5 % more per CPU second, 10 % more CPU: kept
+    (1.05, 1.10, False, False),  # ... but not on its calls per CPU second alone (the margin is 20 %)
+    (1.03, 1.00, True, False),  # as much CPU on either queue: 3 % more progress per second is not enough
+    (0.85, 1.25, True, False),  # 6 % more per second, but 15 % less per CPU second: outside load, not kept
+])  # fmt: skip
+def test_a_reverse_trial_keeps_local_queues_that_make_more_progress_per_second(
+    cpu_speed: float, share: float, clock: bool, kept: bool
+) -> None:
+    """Master-worker, 4 ranks on 2 CPUs, reads IP 40 % on the global queue, and local queues run it 14 %
+    faster: its ranks make 0.96-1.10 times the calls per CPU second there and get 0.96 of the two CPUs
+    against 0.92 (the global queue's hand-offs cost CPU outside the ranks). A reverse trial that made
+    over `wall_margin` more progress per second of wall time, and at least `wall_floor` of the window's
+    progress per CPU second (so that outside load that left during the trial does not count), keeps
+    local queues."""
+    busy = [s * 1.6 / 2.4 for s in shares(0.4, scale=1.0)]  # 0.8 of the two CPUs; local queues: `share` times
+    states = drive(lambda q: busy, 300, speed=lambda local: RING * (cpu_speed if local else 1.0),
+                   local_rates=lambda q: [s * share for s in busy], clock=clock)  # fmt: skip
+    first = decisions(states)[0][0]
+    assert states[first].queue_local and states[first].reverse
+    assert states[-1].queue_local == kept
+    if clock:
+        trial = next(s for s in states[first:] if s.wall_local is not None)
+        assert trial.wall_local == pytest.approx(trial.wall_global * cpu_speed * share, rel=0.02)
 
 
 def _window(states: list[LbdState]) -> int:

@@ -82,7 +82,14 @@ decides local is (`reverse_band` 1.0: at any IP; a lower band limits it to near 
 job keeps them only if they made more than `trial_margin` (20 %) *more* progress per CPU second than
 the global window: the ring made 30 % more (188,735 and 212,648 calls per CPU second locally against
 144,063 and 162,981). send.50x6, whose light ranks burn their waits in hand-offs and polls on local
-queues, makes less there and goes back: the trial costs it one window at local speed. A job that fails
+queues, makes less there and goes back: the trial costs it one window at local speed. A reverse trial also
+keeps local queues that made more than `wall_margin` (5 %) more MPI calls per second of wall time than
+the global window and at least `wall_floor` (0.9) of its calls per CPU second: master-worker (4 ranks on
+2 CPUs, IP 40 %) ran 14 % faster on local queues, yet its ranks made only 0.96-1.10 times the calls per
+CPU second there, because part of the gain is CPU time the global queue's hand-offs cost outside the
+ranks (the ranks had 0.92 of the two CPUs there, 0.96 on local queues); per second of wall time its
+trials read 1.06-1.13 times the window (8 ranks). The floor keeps outside load that left during the
+trial from passing for progress (calls per CPU second do not move with it). A job that fails
 it goes on as one decided global - its re-check windows move it to local queues when it becomes
 balanced - not held there like a job whose local trial failed (those re-checks would take that one
 straight back to the queue its trial refused).
@@ -140,6 +147,8 @@ class LbdParams:
     hysteresis: float = 0.03
     confirm: int = 2
     trial_margin: float = 0.20
+    wall_margin: float = 0.05  # a reverse trial also keeps local queues with this much more progress per second
+    wall_floor: float = 0.90  # ... if they made at least this share of the global window's progress per CPU second
     reverse_band: float = 1.0  # a window deciding global with IP below threshold + this is tried on local queues
     trial_min_quanta: int = 10
     band_windows: int = 4  # re-check windows in a row below the threshold, inside the band, before a local trial
@@ -164,8 +173,11 @@ class LbdState:
     since_decision: int = 0  # quanta since the last decision (drives the periodic re-measure)
     base_calls: float | None = None  # the ranks' MPI calls at the start of the open window
     base_idle: float | None = None  # the partition's idle CPU seconds then (the start of a trial, too)
+    base_wall: float | None = None  # the time then, in seconds (the start of a trial, too)
     rate_global: float | None = None  # MPI calls per CPU second over the last global window
     rate_local: float | None = None  # ... over the last local trial
+    wall_global: float | None = None  # MPI calls per second of wall time over the last global window
+    wall_local: float | None = None  # ... over the last reverse trial
     trial_quanta: int = 0  # quanta into the local trial; 0: none running
     trial_base: float = 0.0  # MPI calls when the trial began
     trial_len: int = 0  # quanta the trial lasts: as long as the global window it is compared with
@@ -236,19 +248,27 @@ def _idle_since(base: float | None, idle: float | None) -> float:
     return max(0.0, idle - base) if idle is not None and base is not None else 0.0
 
 
+def _per_second(calls: float | None, base: float | None, now: float | None, then: float | None) -> float | None:
+    """MPI calls per second of wall time between two reads (None where a reading is missing)."""
+    if calls is None or base is None or now is None or then is None or now <= then:
+        return None
+    return (calls - base) / (now - then)
+
+
 def _decide(state: LbdState, ip: float | None, local: bool, times: tuple[float, ...], calls: float | None,
-            cpu: float, quanta: int, idle: float | None = None) -> LbdState:  # fmt: skip
+            cpu: float, quanta: int, idle: float | None = None, now: float | None = None) -> LbdState:  # fmt: skip
     """Decide; a local decision is tried against the global window that led to it (MPI calls per
     CPU second the job had over the window: its ranks' `cpu` seconds in all and its partition's idle
     time, `quanta` long)."""
     cpu += _idle_since(state.base_idle, idle)
     rate = (calls - state.base_calls) / cpu if calls is not None and state.base_calls is not None and cpu > 0 else None
     trial = local and rate is not None and rate > 0
+    wall = _per_second(calls, state.base_calls, now, state.base_wall)
     return replace(state, phase=LBD_DECIDED, ip=ip, local=local, base_user=times, base_calls=calls, quanta_stable=0,
-                   base_idle=idle if times else None,
+                   base_idle=idle if times else None, base_wall=now if times else None, wall_global=wall,
                    against=0, below=0, decisions=state.decisions + 1, since_decision=0, rate_global=rate,
-                   rate_local=None, trial_quanta=1 if trial else 0, trial_base=calls or 0.0, trial_len=quanta,
-                   hold_global=False, band=False)  # fmt: skip
+                   rate_local=None, wall_local=None, trial_quanta=1 if trial else 0, trial_base=calls or 0.0,
+                   trial_len=quanta, hold_global=False, band=False)  # fmt: skip
 
 
 def _trial_due(state: LbdState, params: LbdParams) -> bool:
@@ -263,7 +283,7 @@ def _trial_glance(state: LbdState, params: LbdParams) -> bool:
 
 
 def _trial(state: LbdState, calls: float, times: Sequence[float] | None, since: int, params: LbdParams,
-           idle: float | None) -> LbdState:  # fmt: skip
+           idle: float | None, now: float | None) -> LbdState:  # fmt: skip
     """One quantum of a local trial: at its end keep local queues unless they made measurably less
     progress per CPU second (a round robin that wakes ranks that cannot go on burns CPU in hand-offs
     and polls; counting per CPU second, not per quantum, keeps outside load out of the comparison)."""
@@ -274,21 +294,26 @@ def _trial(state: LbdState, calls: float, times: Sequence[float] | None, since: 
     if cpu <= 0:
         return replace(state, trial_quanta=state.trial_quanta + 1, since_decision=since)
     rate = (calls - state.trial_base) / cpu
+    wall = _per_second(calls, state.trial_base, now, state.base_wall) if state.reverse else None
     if glance:  # no more progress than on the global queue so far: failed; otherwise see it through
         slower = state.rate_global is None or rate < state.rate_global
         if not slower:
             return replace(state, trial_quanta=state.trial_quanta + 1, since_decision=since)
-    elif state.reverse:  # local queues must earn the move: clearly more progress per CPU second
+    elif state.reverse:  # local queues must earn the move: clearly more progress per CPU second, or per second
         slower = state.rate_global is None or rate < state.rate_global * (1 + params.trial_margin)
+        if slower and wall is not None and state.wall_global and state.rate_global:
+            faster = wall > state.wall_global * (1 + params.wall_margin)
+            slower = not (faster and rate >= state.rate_global * params.wall_floor)
     else:
         slower = state.rate_global is not None and rate < state.rate_global * (1 - params.trial_margin)
     if slower:
         back = _decide(state, state.ip, False, (), None, 0.0, 1)
         # A reverse trial's job goes on re-checking on the global queue, as its window decided; one whose
         # local decision failed its trial is held there (its re-checks would take it straight back).
-        return replace(back, rate_global=state.rate_global, rate_local=rate, hold_global=not state.reverse,
-                       reverse=False)  # fmt: skip
-    return replace(state, trial_quanta=0, rate_local=rate, since_decision=since, reverse=False, band=False)
+        return replace(back, rate_global=state.rate_global, wall_global=state.wall_global, rate_local=rate,
+                       wall_local=wall, hold_global=not state.reverse, reverse=False)  # fmt: skip
+    return replace(state, trial_quanta=0, rate_local=rate, wall_local=wall, since_decision=since, reverse=False,
+                   band=False)  # fmt: skip
 
 
 def lbd_step(
@@ -299,6 +324,7 @@ def lbd_step(
     calls: float | None = None,
     ncpus: int | None = None,
     idle: float | None = None,
+    now: float | None = None,
 ) -> LbdState:
     """Advance the detector by one quantum. `switches`: the ranks' context-switch counts (needed while
     measuring only). `user_times`: the ranks' CPU times in seconds, given when
@@ -306,7 +332,8 @@ def lbd_step(
     `calls`: the MPI calls the job's ranks have made so far (None: no local trials). `ncpus`: the
     size of the job's partition (None: not known; 0: none now, nothing to measure). `idle`: the idle CPU
     seconds of the job's partition so far, read with `user_times` (None: not known; the trials then
-    count the ranks' CPU time alone)."""
+    count the ranks' CPU time alone). `now`: the time of that read, in seconds (None: the reverse trials
+    compare progress per CPU second alone)."""
     if ncpus is not None:
         if ncpus == 0:
             return state
@@ -321,7 +348,7 @@ def lbd_step(
         return _measuring(state, switches, params)
     since = state.since_decision + 1
     if state.phase == LBD_DECIDED and state.local and state.trial_quanta and calls is not None:
-        return _trial(state, calls, user_times, since, params, idle)
+        return _trial(state, calls, user_times, since, params, idle, now)
     if state.phase == LBD_DECIDED and (state.local or state.hold_global):
         if since >= params.remeasure_quanta:  # back to the global queue for one window
             return replace(state, phase=LBD_STABLE, base_user=(), quanta_stable=0, since_decision=since,
@@ -331,7 +358,8 @@ def lbd_step(
         return replace(state, quanta_stable=state.quanta_stable + 1, since_decision=since)
     times = tuple(user_times)
     if not state.base_user or len(state.base_user) != len(times):
-        return replace(state, base_user=times, base_calls=calls, base_idle=idle, quanta_stable=0, since_decision=since)
+        return replace(state, base_user=times, base_calls=calls, base_idle=idle, base_wall=now, quanta_stable=0,
+                       since_decision=since)  # fmt: skip
     quanta = state.quanta_stable + 1
     used = [max(0.0, u - b) for u, b in zip(times, state.base_user, strict=True)]
     mean = sum(used) / len(used)
@@ -347,11 +375,11 @@ def lbd_step(
         local = ip < cut
         # Found imbalanced (within reverse_band of the threshold): try local queues (reverse trial).
         reverse = not local and ip < params.threshold + params.reverse_band
-        decided = _decide(state, ip, local or reverse, times, calls, sum(used), quanta, idle)
+        decided = _decide(state, ip, local or reverse, times, calls, sum(used), quanta, idle, now)
         if reverse and decided.trial_quanta:
             decided = replace(decided, reverse=True)
         elif reverse:  # no trial without a rate of calls to compare with: global, as the window said
-            decided = _decide(state, ip, False, times, calls, sum(used), quanta, idle)
+            decided = _decide(state, ip, False, times, calls, sum(used), quanta, idle, now)
         return replace(decided, short_phases=enough_calls and mean < params.window_cpu_s)
     # Decided, global queue: keep measuring; move to local queues only on clear, repeated evidence.
     if mean < params.recheck_cpu_s and not enough_calls:
@@ -366,10 +394,10 @@ def lbd_step(
         against = state.against if ip < params.threshold else 0
     below = state.below + 1 if ip < params.threshold else 0
     if against >= params.confirm:
-        return _decide(state, ip, True, times, calls, sum(used), quanta, idle)  # short_phases as it was
+        return _decide(state, ip, True, times, calls, sum(used), quanta, idle, now)  # short_phases as it was
     if below >= params.band_windows:  # never clearly balanced, never imbalanced: let a trial settle it
-        decided = _decide(state, ip, True, times, calls, sum(used), quanta, idle)
+        decided = _decide(state, ip, True, times, calls, sum(used), quanta, idle, now)
         if decided.trial_quanta:
             return replace(decided, band=True)
-    return replace(state, ip=ip, base_user=times, base_calls=calls, base_idle=idle, quanta_stable=0, against=against,
-                   below=below, since_decision=since)  # fmt: skip
+    return replace(state, ip=ip, base_user=times, base_calls=calls, base_idle=idle, base_wall=now, quanta_stable=0,
+                   against=against, below=below, since_decision=since)  # fmt: skip

@@ -486,11 +486,12 @@ class CpuManager:
                 times.append(t if self.exits.alive(_wkey(k)) else None)
             user = None if None in times else [t / 1e6 for t in times]  # type: ignore[operator]
         idle = self._partition_idle(j) if user is not None else None
+        now = time.monotonic() if user is not None else None
         switches = [int(snap["ctx_switches"][r]) if r < len(snap) else 0 for r in slots] \
             if state.phase == L.LBD_MEASURING else []  # fmt: skip
         live = [r for r in slots if r < len(snap)]
         calls = float(snap["mpi_calls"][live].sum()) if state.phase != L.LBD_MEASURING else None
-        new = lbd_step(state, switches, user, self.lbd_params, calls, ncpus=len(j.cpus), idle=idle)
+        new = lbd_step(state, switches, user, self.lbd_params, calls, ncpus=len(j.cpus), idle=idle, now=now)
         self.lbd[j.job_id] = new
         shown = (new.phase, new.cvcs, new.ip, new.queue_local, new.rate_local)
         if shown == (state.phase, state.cvcs, state.ip, state.queue_local, state.rate_local):
@@ -505,11 +506,13 @@ class CpuManager:
                   why="one_cpu" if new.one_cpu else "local_slower" if not new.local and new.rate_local is not None
                   else "reverse_trial" if new.reverse else "band_trial" if new.band else "idleness",
                   calls_per_cpu_s_global=round(new.rate_global or 0, 1),
-                  calls_per_cpu_s_local=round(new.rate_local or 0, 1))  # fmt: skip
+                  calls_per_cpu_s_local=round(new.rate_local or 0, 1), calls_per_s_global=round(new.wall_global or 0),
+                  calls_per_s_local=round(new.wall_local or 0))  # fmt: skip
         elif new.rate_local is not None and new.rate_local != state.rate_local:
             event(log, "lbd_trial", job=j.job_id, queue="local", kept=True,
                   calls_per_cpu_s_global=round(new.rate_global or 0, 1),
-                  calls_per_cpu_s_local=round(new.rate_local, 1))  # fmt: skip
+                  calls_per_cpu_s_local=round(new.rate_local, 1), calls_per_s_global=round(new.wall_global or 0),
+                  calls_per_s_local=round(new.wall_local or 0))  # fmt: skip
         elif new.phase == L.LBD_STABLE and state.phase == L.LBD_DECIDED:
             event(log, "lbd_remeasure", job=j.job_id, quanta=state.since_decision + 1)
         elif new.phase == L.LBD_DECIDED and new.ip != state.ip:  # a re-check window of a global job closed
