@@ -347,10 +347,6 @@ def test_table_full_and_attach_errors(tmp_path):
         t.close()
 
 
-if __name__ == "__main__":
-    sys.exit(pytest.main([__file__, "-q"]))
-
-
 def test_idle_time_of_a_cpu_stands_still_while_a_process_keeps_it_busy(spawn):
     """The LBD's trials charge a job for the CPUs of its partition that stand idle (proc.cpu_idle_s):
     a CPU that a spinning process holds gains no idle time, and every CPU of the node is read."""
@@ -364,3 +360,7 @@ def test_idle_time_of_a_cpu_stands_still_while_a_process_keeps_it_busy(spawn):
     assert os.sched_getaffinity(0) <= set(before) and set(before) == set(after)
     assert all(after[c] >= before[c] for c in before)
     assert after[cpu] - before[cpu] <= 0.05  # one tick of rounding at each end, not the 0.6 s it was busy
+
+
+if __name__ == "__main__":
+    sys.exit(pytest.main([__file__, "-q"]))

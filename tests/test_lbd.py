@@ -38,10 +38,10 @@ def drive(rates: Rates, quanta: int, params: LbdParams = P, state: LbdState | No
     cpu, sw, calls, idled = [0.0] * n, [0.0] * n, 0.0, 0.0
     out = []
     for q in range(quanta):
-        now = (local_rates or rates)(q) if state.queue_local else rates(q)
-        cpu = [c + r * Q for c, r in zip(cpu, now, strict=True)]
+        used = (local_rates or rates)(q) if state.queue_local else rates(q)
+        cpu = [c + r * Q for c, r in zip(cpu, used, strict=True)]
         sw = [s + switches for s in sw]
-        calls += speed(state.queue_local) * sum(now) * Q if speed else 0.0
+        calls += speed(state.queue_local) * sum(used) * Q if speed else 0.0
         idled += idle(state.queue_local) * Q * 2 if idle else 0.0  # two CPUs
         user = None
         if state.wants_user_times(params):

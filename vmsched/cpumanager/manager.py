@@ -486,7 +486,7 @@ class CpuManager:
                 times.append(t if self.exits.alive(_wkey(k)) else None)
             user = None if None in times else [t / 1e6 for t in times]  # type: ignore[operator]
         idle = self._partition_idle(j) if user is not None else None
-        now = time.monotonic() if user is not None else None
+        now = self.idle_now[1] if user is not None else None  # when those idle times were read
         switches = [int(snap["ctx_switches"][r]) if r < len(snap) else 0 for r in slots] \
             if state.phase == L.LBD_MEASURING else []  # fmt: skip
         live = [r for r in slots if r < len(snap)]

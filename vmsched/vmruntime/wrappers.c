@@ -366,12 +366,11 @@ static struct {
 } vm_probed[VM_PROBED];
 static int vm_nprobed;
 
-static int probed(MPI_Comm comm, const MPI_Message *msg, const MPI_Status *s) {
+static void probed(MPI_Comm comm, const MPI_Message *msg, const MPI_Status *s) {
     if (*msg != MPI_MESSAGE_NULL && *msg != MPI_MESSAGE_NO_PROC && vm_nprobed < VM_PROBED) {
         vm_probed[vm_nprobed].msg = *msg;
         vm_probed[vm_nprobed++].from = vm_recv_peer(comm, s->MPI_SOURCE);
     }
-    return MPI_SUCCESS;
 }
 
 /* The sender's world rank of a probed message, forgotten now that it is received (-1: not known). */
@@ -391,8 +390,8 @@ int MPI_Mprobe(int src, int tag, MPI_Comm comm, MPI_Message *msg, MPI_Status *st
     if (!CTL) return PMPI_Mprobe(src, tag, comm, msg, st);
     MPI_Status tmp, *s = st == MPI_STATUS_IGNORE ? &tmp : st;
     int flag = 0, rc = PMPI_Improbe(src, tag, comm, &flag, msg, s);
-    if (rc != MPI_SUCCESS) return rc;
-    if (flag) return probed(comm, msg, s);
+    if (rc == MPI_SUCCESS && flag) probed(comm, msg, s);
+    if (rc != MPI_SUCCESS || flag) return rc;
     vm.me->blocking_calls++;
     int w = vm_world_rank(comm, src);
     vm.wait.blocked = 1;
@@ -401,8 +400,8 @@ int MPI_Mprobe(int src, int tag, MPI_Comm comm, MPI_Message *msg, MPI_Status *st
         vm_idle(w, &vm.wait.t0);
         if (!CTL) return PMPI_Mprobe(src, tag, comm, msg, st);
         rc = PMPI_Improbe(src, tag, comm, &flag, msg, s);
-        if (rc != MPI_SUCCESS) return rc;
-        if (flag) return probed(comm, msg, s);
+        if (rc == MPI_SUCCESS && flag) probed(comm, msg, s);
+        if (rc != MPI_SUCCESS || flag) return rc;
     }
 }
 
@@ -430,7 +429,7 @@ int MPI_Improbe(int src, int tag, MPI_Comm comm, int *flag, MPI_Message *msg, MP
         int rc = PMPI_##INAME(buf, count, dt, msg, &rq);                                               \
         if (rc != MPI_SUCCESS) return rc;                                                              \
         rc = wait1(&rq, s, from == VM_UNCOUNTED ? -1 : from, 1);                                       \
-        if (rc == MPI_SUCCESS && from != VM_UNCOUNTED && s->MPI_SOURCE != MPI_PROC_NULL) vm_count_recv(from); \
+        if (rc == MPI_SUCCESS && from != VM_UNCOUNTED) vm_count_recv(from);                            \
         return rc;                                                                                     \
     }
 
