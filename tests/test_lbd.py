@@ -302,14 +302,39 @@ def test_a_reverse_trial_keeps_local_queues_that_make_more_progress_per_second(
         assert trial.wall_local == pytest.approx(trial.wall_global * cpu_speed * share, rel=0.02)
 
 
+RING = 150_000.0  # MPI calls per CPU second of a ring's ranks (4 ranks folded 2 per CPU)
+SEND_S = 210.0  # ... of a balanced send.S (8.5 ms phases)
+
+
+@pytest.mark.parametrize(("speed", "per_cpu", "clock", "kept"), [
+    (2000.0, 0.97, True, True),  # 11.5 % more progress per second, over 200 calls per rank in the trial: kept
+    (2000.0, 0.97, False, False),  # ... without the clock the early look judges per CPU second alone: failed
+    (SEND_S, 1.02, True, False),  # long phases: too few calls in the trial for a 5 % margin per second
+])  # fmt: skip
+def test_the_early_look_of_a_reverse_trial_also_counts_progress_per_second(
+    speed: float, per_cpu: float, clock: bool, kept: bool
+) -> None:
+    """A job whose window closes after more than trial_min_quanta (so its reverse trial has an early
+    look), whose ranks get 15 % more CPU on local queues. At 0.97 times the calls per CPU second that is
+    11.5 % more progress per second: the early look must not fail the trial that its end would pass.
+    Per second is judged only where the trial holds `window_calls` calls per rank: send.50x6 (some 50
+    calls per CPU second) was kept on local queues in 1 run of 10 (tests/test_runtime_lbd.py) by a
+    9-11 % gain per second that was one phase more or less in its trial."""
+    busy = [s * 1.6 / 2.4 for s in shares(0.4, scale=1.0)]
+    states = drive(lambda q: busy, 400, speed=lambda local: speed * (per_cpu if local else 1.0),
+                   local_rates=lambda q: [s * 1.15 for s in busy], clock=clock)  # fmt: skip
+    first = decisions(states)[0][0]
+    assert states[first].reverse and states[first].trial_len > P.trial_min_quanta  # the look comes first
+    assert states[-1].queue_local == kept
+    on_local = sum(s.queue_local for s in states)
+    glanced = per_cpu < 1  # failed at the early look; otherwise at the trial's end
+    assert on_local == (len(states) - first if kept else P.trial_min_quanta if glanced else states[first].trial_len)
+
+
 def _window(states: list[LbdState]) -> int:
     """Quanta from the first window's opening to the first decision."""
     opened = next(i for i, s in enumerate(states) if s.phase == LBD_STABLE)
     return decisions(states)[0][0] - opened
-
-
-RING = 150_000.0  # MPI calls per CPU second of a ring's ranks (4 ranks folded 2 per CPU)
-SEND_S = 210.0  # ... of a balanced send.S (8.5 ms phases)
 
 
 @pytest.mark.parametrize("ip", [0.0, 0.05, 0.4])

@@ -60,7 +60,11 @@ def test_lbd_decision(manager: Manager, variant: str, iters: int, expected: str)
     # local queues fail (its light ranks burn their waits there); a balanced one may be misread once on
     # a loaded machine and is then moved by the global queue's re-checks.
     assert decisions and decisions[-1][0] == expected, decisions
-    assert (decisions[-1][1] < 0.10) == (expected == "local")
+    # Local by its IP, or by a reverse trial of a window misread as imbalanced (IP 13 % in 1 run of 10 on
+    # this node), which local queues then passed; global always by an IP at or over the threshold.
+    _, last_ip, last_why = decisions[-1]
+    by_ip = last_ip < 0.10 if expected == "local" else last_ip >= 0.10
+    assert by_ip or (expected == "local" and last_why == "reverse_trial"), decisions
     if expected == "global":
         assert all(ip >= 0.10 for _, ip, _ in decisions), decisions
         ip = decisions[0][1]

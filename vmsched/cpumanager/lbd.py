@@ -89,10 +89,19 @@ the global window and at least `wall_floor` (0.9) of its calls per CPU second: m
 CPU second there, because part of the gain is CPU time the global queue's hand-offs cost outside the
 ranks (the ranks had 0.92 of the two CPUs there, 0.96 on local queues); per second of wall time its
 trials read 1.06-1.13 times the window (8 ranks). The floor keeps outside load that left during the
-trial from passing for progress (calls per CPU second do not move with it). A job that fails
-it goes on as one decided global - its re-check windows move it to local queues when it becomes
-balanced - not held there like a job whose local trial failed (those re-checks would take that one
-straight back to the queue its trial refused).
+trial from passing for progress (calls per CPU second do not move with it). Per second is judged
+only where the trial holds `window_calls` (200) MPI calls per rank, as a short window is: a 5 % margin
+needs phases of about 1 % of the trial, and send.50x6 (45-72 calls per CPU second in its windows,
+50-ms phases) was kept on local queues, where it runs 1.4x slower, in 1 of 10 runs of
+tests/test_runtime_lbd.py (and 1 of 20 of the same job) by a 9-11 % gain per second that was one phase
+more or less in its trial. The trial's early look (after
+`trial_min_quanta`, when the window was longer) fails local queues that have made neither more calls per
+CPU second than the window nor, where the trial's end will judge per second (its calls at this pace),
+`wall_margin` more per second: judged per CPU second alone, it failed a job that its end would have kept
+(tests/test_lbd.py: 3 % fewer calls per CPU second, 15 % more CPU). A job that fails it goes on as one
+decided global - its re-check windows move it to local queues when it becomes balanced - not held there
+like a job whose local trial failed (those re-checks would take that one straight back to the queue its
+trial refused).
 
 Deciding again (ours): the pattern of a job may change. On the global queue CPU time is a fair measure
 of work (a rank without a token sleeps), so a decided-global job keeps measuring windows of
@@ -277,9 +286,20 @@ def _trial_due(state: LbdState, params: LbdParams) -> bool:
 
 def _trial_glance(state: LbdState, params: LbdParams) -> bool:
     """Whether this quantum of a reverse trial is its early look: after trial_min_quanta, local queues
-    that make less progress per CPU second than the global window did have failed already (they must
-    make trial_margin more to be kept), which spares an imbalanced job most of a trial at local speed."""
+    that make less progress per CPU second than the global window did, and not `wall_margin` more per
+    second either, have failed already (to be kept they must make trial_margin more per CPU second, or
+    that much more per second), which spares an imbalanced job most of a trial at local speed."""
     return state.reverse and state.trial_quanta == params.trial_min_quanta and not _trial_due(state, params)
+
+
+def _faster_per_second(state: LbdState, rate: float, wall: float | None, per_rank: float, params: LbdParams) -> bool:
+    """Whether a reverse trial's local queues made `wall_margin` more progress per second of wall time
+    than the global window, and at least `wall_floor` of its progress per CPU second (outside load that
+    left during the trial does not pass for progress) - judged only once its ranks made `window_calls`
+    calls each in it (`per_rank`): a 5 % margin needs phases of 1 % of the trial."""
+    if wall is None or not state.wall_global or not state.rate_global or per_rank < params.window_calls:
+        return False
+    return wall > state.wall_global * (1 + params.wall_margin) and rate >= state.rate_global * params.wall_floor
 
 
 def _trial(state: LbdState, calls: float, times: Sequence[float] | None, since: int, params: LbdParams,
@@ -295,15 +315,16 @@ def _trial(state: LbdState, calls: float, times: Sequence[float] | None, since: 
         return replace(state, trial_quanta=state.trial_quanta + 1, since_decision=since)
     rate = (calls - state.trial_base) / cpu
     wall = _per_second(calls, state.trial_base, now, state.base_wall) if state.reverse else None
-    if glance:  # no more progress than on the global queue so far: failed; otherwise see it through
+    per_rank = (calls - state.trial_base) / len(times)
+    if glance:  # the calls its end will have, at this pace: whether the end can keep local queues per second
+        per_rank *= state.trial_len / max(1, state.trial_quanta)
+    if glance:  # no more progress than on the global queue so far (by either measure): failed
         slower = state.rate_global is None or rate < state.rate_global
-        if not slower:
+        if not slower or _faster_per_second(state, rate, wall, per_rank, params):
             return replace(state, trial_quanta=state.trial_quanta + 1, since_decision=since)
     elif state.reverse:  # local queues must earn the move: clearly more progress per CPU second, or per second
         slower = state.rate_global is None or rate < state.rate_global * (1 + params.trial_margin)
-        if slower and wall is not None and state.wall_global and state.rate_global:
-            faster = wall > state.wall_global * (1 + params.wall_margin)
-            slower = not (faster and rate >= state.rate_global * params.wall_floor)
+        slower = slower and not _faster_per_second(state, rate, wall, per_rank, params)
     else:
         slower = state.rate_global is not None and rate < state.rate_global * (1 - params.trial_margin)
     if slower:
