@@ -94,11 +94,11 @@ only where the trial holds `window_calls` (200) MPI calls per rank, as a short w
 needs phases of about 1 % of the trial, and send.50x6 (45-72 calls per CPU second in its windows,
 50-ms phases) was kept on local queues, where it runs 1.4x slower, in 1 of 10 runs of
 tests/test_runtime_lbd.py (and 1 of 20 of the same job) by a 9-11 % gain per second that was one phase
-more or less in its trial. The trial's early look (after
-`trial_min_quanta`, when the window was longer) fails local queues that have made neither more calls per
-CPU second than the window nor, where the trial's end will judge per second (its calls at this pace),
-`wall_margin` more per second: judged per CPU second alone, it failed a job that its end would have kept
-(tests/test_lbd.py: 3 % fewer calls per CPU second, 15 % more CPU). A job that fails it goes on as one
+more or less in its trial. The trial's early look (after `trial_min_quanta`, when the window was longer)
+fails local queues that have made neither more calls per CPU second than the window nor, where the
+trial's end will judge per second (its calls at this pace), `wall_margin` more per second: judged per
+CPU second alone, it failed a job that its end would have kept (tests/test_lbd.py: 3 % fewer calls per
+CPU second, 15 % more CPU). A job that fails it goes on as one
 decided global - its re-check windows move it to local queues when it becomes balanced - not held there
 like a job whose local trial failed (those re-checks would take that one straight back to the queue its
 trial refused).
@@ -316,9 +316,8 @@ def _trial(state: LbdState, calls: float, times: Sequence[float] | None, since: 
     rate = (calls - state.trial_base) / cpu
     wall = _per_second(calls, state.trial_base, now, state.base_wall) if state.reverse else None
     per_rank = (calls - state.trial_base) / len(times)
-    if glance:  # the calls its end will have, at this pace: whether the end can keep local queues per second
-        per_rank *= state.trial_len / max(1, state.trial_quanta)
     if glance:  # no more progress than on the global queue so far (by either measure): failed
+        per_rank *= state.trial_len / max(1, state.trial_quanta)  # its end's calls at this pace: judged per second?
         slower = state.rate_global is None or rate < state.rate_global
         if not slower or _faster_per_second(state, rate, wall, per_rank, params):
             return replace(state, trial_quanta=state.trial_quanta + 1, since_decision=since)
