@@ -55,7 +55,7 @@ def test_lbd_decision(manager: Manager, variant: str, iters: int, expected: str)
     seen, decisions = run_watched(manager, 500 + iters, send_cmd(variant, iters))
     decided = [j for j in seen if j["lbd"] == "decided"]
     assert decided, f"no decision while the job ran (last: {seen[-1]})"
-    assert decided[-1]["queue"] == expected, decided[-1]
+    assert decided[-1]["queue"] == expected, (decided[-1], decisions)
     # The last decision is the right one. An imbalanced job goes local only for its reverse trial, which
     # local queues fail (its light ranks burn their waits there); a balanced one may be misread once on
     # a loaded machine and is then moved by the global queue's re-checks.
