@@ -1,8 +1,9 @@
 """Load Balancing Detector: an imbalanced job (send.50x6) and a balanced one run folded (MPL 2 on all the
 CPUs of the node: 4 ranks on 2 CPUs, 32 on 16) on a fixed local queue, a fixed global queue, and under
 the LBD (starts global, decides at run time), in one invocation. Target: LBD within 5 % of the better
-fixed choice for each job. The jobs run about 6 s, so that the LBD's measuring phase (about half a
-second on the global queue) is a small part of them, as it is for real jobs.
+fixed choice for each job. The jobs run 6-13 s (this 2-CPU node, 2026-11-27), so that the LBD's
+measuring phase (about half a second on the global queue) is a small part of them, as it is for real
+jobs.
 
 Workload: `vmsched.apps.send` (class S). The LBD's decision and figures are read from the CPU manager's
 log.
