@@ -296,12 +296,12 @@ def _trial_glance(state: LbdState, params: LbdParams) -> bool:
     return state.reverse and state.trial_quanta == params.trial_min_quanta and not _trial_due(state, params)
 
 
-def _faster_per_second(state: LbdState, rate: float, wall: float | None, per_rank: float, params: LbdParams) -> bool:
+def _faster_per_second(state: LbdState, rate: float, wall: float | None, enough: bool, params: LbdParams) -> bool:
     """Whether a reverse trial's local queues made `wall_margin` more progress per second of wall time
     than the global window, and at least `wall_floor` of its progress per CPU second (outside load that
-    left during the trial does not pass for progress) - judged only once its ranks made `window_calls`
-    calls each in it (`per_rank`): a 5 % margin needs phases of 1 % of the trial."""
-    if wall is None or not state.wall_global or not state.rate_global or per_rank < params.window_calls:
+    left during the trial does not pass for progress) - judged only if its ranks made `window_calls`
+    calls each in it (`enough`): a 5 % margin needs phases of 1 % of the trial."""
+    if wall is None or not state.wall_global or not state.rate_global or not enough:
         return False
     return wall > state.wall_global * (1 + params.wall_margin) and rate >= state.rate_global * params.wall_floor
 
@@ -319,18 +319,20 @@ def _trial(state: LbdState, calls: float, times: Sequence[float] | None, since: 
         return replace(state, trial_quanta=state.trial_quanta + 1, since_decision=since)
     rate = (calls - state.trial_base) / cpu
     wall = _per_second(calls, state.trial_base, now, state.base_wall) if state.reverse else None
+    # Rates over fewer than window_calls calls per rank are a few phases, whose count moves them: such a
+    # trial overturns no decision. At the early look: the calls its end will hold at this pace.
     per_rank = (calls - state.trial_base) / len(times)
+    scale = state.trial_len / max(1, state.trial_quanta) if glance else 1.0
+    enough = per_rank * scale >= params.window_calls
     if glance:  # no more progress than on the global queue so far (by either measure): failed
-        per_rank *= state.trial_len / max(1, state.trial_quanta)  # its end's calls at this pace: judged per second?
         slower = state.rate_global is None or rate < state.rate_global
-        if not slower or _faster_per_second(state, rate, wall, per_rank, params):
+        if not slower or _faster_per_second(state, rate, wall, enough, params):
             return replace(state, trial_quanta=state.trial_quanta + 1, since_decision=since)
     elif state.reverse:  # local queues must earn the move: clearly more progress per CPU second, or per second
         slower = state.rate_global is None or rate < state.rate_global * (1 + params.trial_margin)
-        slower = slower and not _faster_per_second(state, rate, wall, per_rank, params)
-    else:  # and only over window_calls calls per rank: fewer are a few phases, whose count moves the rate
-        slower = state.rate_global is not None and rate < state.rate_global * (1 - params.trial_margin)
-        slower = slower and per_rank >= params.window_calls
+        slower = slower and not _faster_per_second(state, rate, wall, enough, params)
+    else:
+        slower = enough and state.rate_global is not None and rate < state.rate_global * (1 - params.trial_margin)
     if slower:
         back = _decide(state, state.ip, False, (), None, 0.0, 1)
         # A reverse trial's job goes on re-checking on the global queue, as its window decided; one whose
