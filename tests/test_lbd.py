@@ -218,15 +218,49 @@ def test_a_balanced_job_that_runs_slower_on_local_queues_goes_back_to_the_global
     assert all(not s.queue_local and s.phase == LBD_DECIDED for s in stay)
 
 
-def test_a_local_trial_over_few_calls_keeps_the_idleness_decision() -> None:
+def test_a_local_trial_behind_over_few_calls_goes_on_until_it_holds_enough() -> None:
     """A balanced send.S (some 210 calls per CPU second, 8.5-ms phases) whose local trial reads 25 % fewer
-    calls per CPU second: its trial holds some 40 calls per rank, and a phase more or less in it moves
-    the rate by that much (a balanced send.S failed its trial so in 1 of 6 runs of
-    tests/test_runtime_lbd.py, held on the global queue for the 10 s to its re-measure). Under
-    window_calls calls per rank the trial does not overturn the window's decision."""
-    states = drive(lambda q: [0.5] * 4, 300, speed=lambda local: SEND_S * (0.75 if local else 1.0))
+    calls per CPU second over its first 40 calls per rank, then as many as on the global queue: a phase
+    more or less in so few calls moves the rate by that much (a balanced send.S failed a trial of that
+    length in 1 of 6 runs of tests/test_runtime_lbd.py, held on the global queue for the 10 s to its
+    re-measure). The trial goes on until it holds window_calls calls per rank, and keeps local queues."""
+    local_quanta = [0]
+
+    def speed(local: bool) -> float:
+        local_quanta[0] += local
+        return SEND_S * (0.75 if local and local_quanta[0] <= 40 else 1.0)
+
+    states = drive(lambda q: [0.5] * 4, 400, speed=speed)
     assert [local for _, local in decisions(states)] == [True]
-    assert states[-1].queue_local and states[-1].rate_local == pytest.approx(SEND_S * 0.75)
+    first = decisions(states)[0][0]
+    ended = next(q for q in range(first, 400) if states[q].trial_quanta == 0)
+    trial_len = states[first].trial_len
+    assert ended - first > trial_len  # longer than the window it is compared with
+    assert states[-1].queue_local and states[ended].rate_local > SEND_S * (1 - P.trial_margin)
+
+
+@pytest.mark.parametrize(("speed", "factor", "goes_back"), [(4_000.0, 0.33, True), (210.0, 0.6, False)],
+                         ids=["short-phases", "send.S"])  # fmt: skip
+def test_a_local_trial_slower_throughout_fails_once_it_holds_enough_calls(
+    speed: float, factor: float, goes_back: bool
+) -> None:
+    """A job whose window closed on its count of calls (4,000 calls per CPU second: 200 per rank in
+    0.05 s of CPU) and that makes a third of them on local queues (a pipeline folded in round robin): a
+    trial as long as its window holds 67 calls per rank, so it goes on to 200 and fails the job. A
+    send.S 40 % slower there would need 3.2 s: at ip_quanta the window's decision stands."""
+    states = drive(lambda q: [0.5] * 4, 600, LbdParams(remeasure_quanta=2000),
+                   speed=lambda local: speed * (factor if local else 1.0))  # fmt: skip
+    seq = decisions(states)
+    first = seq[0][0]
+    assert seq[0][1]
+    if goes_back:
+        assert [local for _, local in seq] == [True, False] and states[-1].hold_global
+        assert seq[1][0] - first > 2 * max(P.trial_min_quanta, states[first].trial_len)
+        assert states[seq[1][0]].rate_local == pytest.approx(speed * factor, rel=0.02)
+    else:
+        assert [local for _, local in seq] == [True] and states[-1].queue_local
+        ended = next(q for q in range(first, 600) if states[q].trial_quanta == 0)
+        assert ended - first == P.ip_quanta
 
 
 @given(st.floats(0.85, 2.0))
@@ -246,6 +280,29 @@ def test_an_imbalanced_job_slower_on_local_queues_goes_back_after_one_trial() ->
     assert not states[-1].hold_global  # it re-checks on the global queue (see the next tests)
     on_local = sum(s.queue_local for s in states)
     assert on_local == P.trial_min_quanta  # the early look, not the window's 40 quanta
+
+
+@pytest.mark.parametrize(("later", "trial_ends"), [(0.6, "behind"), (1.5, "at-the-cap")])
+def test_a_reverse_trial_ahead_over_few_calls_goes_on_and_keeps_local_queues_only_over_enough(
+    later: float, trial_ends: str
+) -> None:
+    """send.50x6 (IP 33 %, 60 calls per CPU second): its reverse trial holds some 10 calls per rank, and
+    one that reads 30 % more per CPU second there (a phase more or less; kept so in 1 of about 20 runs
+    of tests/test_runtime_lbd.py) goes on. It fails once it is no longer ahead (local queues `later`
+    times as fast), or at ip_quanta if it never holds window_calls calls per rank."""
+    local_quanta = [0]
+
+    def speed(local: bool) -> float:
+        local_quanta[0] += local
+        return 60.0 * ((1.3 if local_quanta[0] <= 40 else later) if local else 1.0)
+
+    states = drive(lambda q: [1 / 6, 1.0, 1 / 6, 1.0], 700, speed=speed)
+    seq = decisions(states)
+    assert [local for _, local in seq] == [True, False] and states[seq[0][0]].reverse
+    trial = seq[1][0] - seq[0][0]
+    assert trial > max(P.trial_min_quanta, states[seq[0][0]].trial_len)  # longer than its window
+    assert trial == P.ip_quanta if trial_ends == "at-the-cap" else trial < P.ip_quanta
+    assert not states[-1].queue_local and not states[-1].hold_global
 
 
 def test_an_imbalanced_job_that_runs_faster_on_local_queues_keeps_them() -> None:

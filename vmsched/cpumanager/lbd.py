@@ -62,7 +62,11 @@ CPU second on the global queue and 182-209 on local queues from one window to th
 trial fails a job only over `window_calls` (200) calls per rank, the bound that makes a short window's
 phases 1 % of it: a balanced send.S's trial holds some 40 calls per rank, a phase more or less moves its
 rate by 20 %, and it failed so in 1 of 6 runs of tests/test_runtime_lbd.py (held on the global queue
-for the 10 s to its re-measure). Under that many calls the window's decision stands.
+for the 10 s to its re-measure). A trial that is behind over fewer calls goes on until it holds them, or
+for `ip_quanta` quanta (the first window's bound), and the window's decision stands if it never does:
+a trial as long as its window would never hold them when local queues are slower, since a window that
+closed on its count of calls holds just over 200 per rank, and fewer calls in as many quanta is what
+"slower" means.
 
 The CPU seconds of a trial and of its window are the job's: its ranks' CPU time and the time the CPUs
 of its partition stood idle (the manager reads /proc/stat's idle time at the instants it reads the
@@ -102,7 +106,10 @@ more or less in its trial. The trial's early look (after `trial_min_quanta`, whe
 fails local queues that have made neither more calls per CPU second than the window nor, where the
 trial's end will judge per second (its calls at this pace), `wall_margin` more per second: judged per
 CPU second alone, it failed a job that its end would have kept (tests/test_lbd.py: 3 % fewer calls per
-CPU second, 15 % more CPU). A job that fails it goes on as one
+CPU second, 15 % more CPU). Per CPU second, too, a trial keeps local queues only over `window_calls`
+calls per rank: one that is ahead over fewer goes on until it holds them, or for `ip_quanta` quanta,
+and fails if it never does (send.50x6's trial holds some 10 calls per rank, and one was kept by a
+phase more or less in 1 of about 20 runs of tests/test_runtime_lbd.py). A job that fails it goes on as one
 decided global - its re-check windows move it to local queues when it becomes balanced - not held there
 like a job whose local trial failed (those re-checks would take that one straight back to the queue its
 trial refused).
@@ -329,10 +336,19 @@ def _trial(state: LbdState, calls: float, times: Sequence[float] | None, since: 
         if not slower or _faster_per_second(state, rate, wall, enough, params):
             return replace(state, trial_quanta=state.trial_quanta + 1, since_decision=since)
     elif state.reverse:  # local queues must earn the move: clearly more progress per CPU second, or per second
-        slower = state.rate_global is None or rate < state.rate_global * (1 + params.trial_margin)
-        slower = slower and not _faster_per_second(state, rate, wall, enough, params)
+        ahead = state.rate_global is not None and rate >= state.rate_global * (1 + params.trial_margin)
+        # Ahead over too few calls (send.50x6: some 10 per rank in its trial) is a phase more or less: go
+        # on until the trial holds enough; if it never does, the window's decision stands.
+        if ahead and not enough and state.trial_quanta < params.ip_quanta:
+            return replace(state, trial_quanta=state.trial_quanta + 1, since_decision=since)
+        slower = not (ahead and enough) and not _faster_per_second(state, rate, wall, enough, params)
     else:
-        slower = enough and state.rate_global is not None and rate < state.rate_global * (1 - params.trial_margin)
+        slower = state.rate_global is not None and rate < state.rate_global * (1 - params.trial_margin)
+        # Behind over too few calls: go on until the trial holds enough (a job slower on local queues
+        # makes fewer calls in as many quanta as its window, so a trial only that long never would).
+        if slower and not enough and state.trial_quanta < params.ip_quanta:
+            return replace(state, trial_quanta=state.trial_quanta + 1, since_decision=since)
+        slower = slower and enough
     if slower:
         back = _decide(state, state.ip, False, (), None, 0.0, 1)
         # A reverse trial's job goes on re-checking on the global queue, as its window decided; one whose
