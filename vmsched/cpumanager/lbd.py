@@ -335,20 +335,21 @@ def _trial(state: LbdState, calls: float, times: Sequence[float] | None, since: 
         slower = state.rate_global is None or rate < state.rate_global
         if not slower or _faster_per_second(state, rate, wall, enough, params):
             return replace(state, trial_quanta=state.trial_quanta + 1, since_decision=since)
-    elif state.reverse:  # local queues must earn the move: clearly more progress per CPU second, or per second
-        ahead = state.rate_global is not None and rate >= state.rate_global * (1 + params.trial_margin)
-        # Ahead over too few calls (send.50x6: some 10 per rank in its trial) is a phase more or less: go
-        # on until the trial holds enough; if it never does, the window's decision stands.
-        if ahead and not enough and state.trial_quanta < params.ip_quanta:
-            return replace(state, trial_quanta=state.trial_quanta + 1, since_decision=since)
-        slower = not (ahead and enough) and not _faster_per_second(state, rate, wall, enough, params)
     else:
-        slower = state.rate_global is not None and rate < state.rate_global * (1 - params.trial_margin)
-        # Behind over too few calls: go on until the trial holds enough (a job slower on local queues
-        # makes fewer calls in as many quanta as its window, so a trial only that long never would).
-        if slower and not enough and state.trial_quanta < params.ip_quanta:
+        # The reading that would overturn the window's decision: local queues clearly ahead (a reverse
+        # trial's job was found imbalanced) or clearly behind (a local trial's). Over too few calls it is
+        # a phase more or less (send.50x6: some 10 per rank), and a slower job makes fewer calls in as
+        # many quanta as its window: go on until the trial holds enough; if it never does, the window's
+        # decision stands.
+        margin = params.trial_margin if state.reverse else -params.trial_margin
+        target = None if state.rate_global is None else state.rate_global * (1 + margin)
+        overturns = target is not None and (rate >= target if state.reverse else rate < target)
+        if overturns and not enough and state.trial_quanta < params.ip_quanta:
             return replace(state, trial_quanta=state.trial_quanta + 1, since_decision=since)
-        slower = slower and enough
+        if state.reverse:  # local queues must earn the move: clearly more progress per CPU second, or per second
+            slower = not (overturns and enough) and not _faster_per_second(state, rate, wall, enough, params)
+        else:
+            slower = overturns and enough
     if slower:
         back = _decide(state, state.ip, False, (), None, 0.0, 1)
         # A reverse trial's job goes on re-checking on the global queue, as its window decided; one whose
