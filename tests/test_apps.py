@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from tests.plain_runs import MPIEXEC, mpirun, run_app
 from vmsched.apps import classes, registry
 from vmsched.apps.counterrng import block_index, uniform
 from vmsched.apps.exactsum import checksum_of, repro_sums
@@ -26,36 +27,7 @@ from vmsched.apps.result import format_result, parse_result
 from vmsched.apps.variants import heavy_ranks, parse_variant
 from vmsched.vmruntime.shmclean import HYDRA_TOPOLOGY_PREFIX, job_files, remove_leftovers
 
-MPIEXEC = Path(sys.executable).parent / "mpiexec"
 REPO = Path(__file__).resolve().parents[1]
-RUN_TIMEOUT = 60
-
-
-def mpirun(n: int, argv: list[str], timeout: float = RUN_TIMEOUT) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(MPIEXEC), "-n", str(n), *argv], cwd=REPO, capture_output=True, text=True, timeout=timeout
-    )
-
-
-_results: dict[tuple[object, ...], dict[str, Any]] = {}
-
-
-def run_app(app: str, n: int, cls: str = "S", **opts: object) -> dict[str, Any]:
-    """Run and check one app; a run already made in this session is reused (the runs are deterministic)."""
-    key = (app, n, cls, *sorted(opts.items()))
-    if key not in _results:
-        _results[key] = _run_app(app, n, cls, **opts)
-    return _results[key]
-
-
-def _run_app(app: str, n: int, cls: str, **opts: object) -> dict[str, Any]:
-    proc = mpirun(n, registry.command(app, cls, **opts))
-    assert proc.returncode == 0, f"{app} n={n} rc={proc.returncode}\n{proc.stdout}\n{proc.stderr}"
-    result = parse_result(proc.stdout)
-    assert (result["app"], result["class"], result["ranks"]) == (app, cls, n)
-    assert result["verified"] is True
-    assert 0.0 <= result["mpi_time"] <= result["time"] * 1.01 + 1e-3
-    return result
 
 
 # --- every app at class S: verified, and the checksum does not depend on the rank count ---------------

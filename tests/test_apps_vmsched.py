@@ -4,24 +4,24 @@ a verified result with the same checksum as a plain run."""
 from __future__ import annotations
 
 import subprocess
-import sys
 
 import pytest
 
 from tests.conftest import BIN
+from tests.plain_runs import run_app
+from vmsched.apps import registry
 from vmsched.apps.result import parse_result
 
-PY = sys.executable
-# (app, extra options, ranks at MPL 1 on 2 CPUs, ranks at MPL 4 on 1 CPU)
+# (app, options, ranks at MPL 1 on 2 CPUs, ranks at MPL 4 on 1 CPU)
 CASES = [
-    ("ep", [], 2, 4),
-    ("cg", [], 2, 4),
-    ("mg", [], 2, 4),
-    ("ft", [], 2, 4),
-    ("sweep", [], 2, 4),
-    ("btmz", [], 1, 4),
-    ("send", ["--variant", "50x2", "--iters", "20"], 2, 4),
-    ("ring", ["--iters", "2000"], 2, 4),
+    ("ep", {}, 2, 4),
+    ("cg", {}, 2, 4),
+    ("mg", {}, 2, 4),
+    ("ft", {}, 2, 4),
+    ("sweep", {}, 2, 4),
+    ("btmz", {}, 1, 4),
+    ("send", {"variant": "50x2", "iters": 20}, 2, 4),
+    ("ring", {"iters": 2000}, 2, 4),
 ]
 
 
@@ -35,8 +35,8 @@ def run(argv: list[str]) -> dict:
 
 @pytest.mark.parametrize("app, opts, n1, n4", CASES, ids=[c[0] for c in CASES])
 def test_app_under_vmsched_mpl1_and_mpl4(cpumanager, spawn, app, opts, n1, n4):
-    command = [PY, "-m", f"vmsched.apps.{app}", "--class", "S", *opts]
-    plain = run([str(BIN / "mpiexec"), "-n", "1", *command])
+    command = registry.command(app, "S", **opts)
+    plain = run_app(app, 1, "S", **opts)  # the session's reference run (tests/plain_runs.py)
     vmrun = [str(BIN / "vmrun"), "--state-dir", str(cpumanager.state_dir)]
     mpl1 = run([*vmrun, "-n", str(n1), "--max-mpl", "1", "--", *command])
     # A one-rank job holds one CPU, so the job gets the other alone: 4 ranks on one CPU, MPL 4.

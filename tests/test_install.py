@@ -188,8 +188,9 @@ def installed() -> Iterator[Installed]:
         shutil.rmtree(src)
         subprocess.run([python_for_every_user(), "-m", "venv", "--without-pip", str(inst.venv)], check=True,
                        timeout=120)  # fmt: skip
-        pip(sys.executable, "-m", "pip", "--python", str(inst.bin / "python"), "install", "-q", str(inst.wheel),
-            cwd=inst.work)  # fmt: skip
+        # --no-compile: byte-compiling numpy and the rest took seconds of the suite, and checks nothing here.
+        pip(sys.executable, "-m", "pip", "--python", str(inst.bin / "python"), "install", "-q", "--no-compile",
+            str(inst.wheel), cwd=inst.work)  # fmt: skip
         yield inst
     finally:
         shutil.rmtree(root, ignore_errors=True)

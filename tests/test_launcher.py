@@ -57,15 +57,15 @@ def test_fjt_folds_long_jobs_and_shrinks_them_for_short_ones(node_factory):
     long = node.submit("-n", "2", "--class", "long", "--time", "10m", "--", *send_app(160))
     started = node.wait_state(long, ("running",))
     assert started["cur_max_mpl"] == 4
-    wait_for(lambda: partition_sizes(node, long)[:1] == [1], what="the long job on one CPU")
+    wait_for(lambda: partition_sizes(node, long)[:1] == [1], interval=0.05, what="the long job on one CPU")
     # ... and expands to both CPUs when the short job ends.
     node.wait_state(short1, ("completed",))
-    wait_for(lambda: partition_sizes(node, long)[-1:] == [2], timeout=30, what="the long job to expand")
+    wait_for(lambda: partition_sizes(node, long)[-1:] == [2], timeout=30, interval=0.05, what="the long job to expand")
     # A short job arriving while the long job runs expanded makes it shrink.
     short2 = node.submit("-n", "1", "--class", "short", "--time", "60s", "--", *send_app(20))
     node.wait_state(short2, ("running", "completed"))
     wait_for(lambda: partition_sizes(node, long)[-2:] == [2, 1] or partition_sizes(node, long)[-3:] == [2, 1, 2],
-             timeout=30, what="the long job to shrink for the short one")  # fmt: skip
+             timeout=30, interval=0.05, what="the long job to shrink for the short one")  # fmt: skip
     acct = node.wait_all_done(timeout=180)
     assert partition_sizes(node, long) == [1, 2, 1, 2]
     assert acct[short2]["mpl_history"] == "1"
@@ -139,6 +139,7 @@ def test_restart_loses_nothing_and_starts_nothing_twice(node_factory):
 def test_bad_input_is_refused_and_changes_nothing(node_factory):
     node = node_factory("fcfs/fifo")
     keep = node.submit("-n", "2", "--time", "60s", "--", *send_app(3000))  # outlives the checks; cancelled
+    node.wait_state(keep, ("running",))  # started: its record changes no more while it runs
     before = node.queue()["jobs"]
     usage = [
         ("vmsubmit", "-n", "2"),  # no command

@@ -32,7 +32,8 @@ def test_a_4_rank_short_job_on_2_cpus_starts_folded_under_every_policy(node_fact
     # The two submissions on the default policy: both used to be refused.
     for policy in [*(p + "+easy:malleable" for p in POLICIES), "fcfs", "fjt"]:
         set_policy(node, policy)
-        job = node.submit("-n", "4", "--max-mpl", "4", "--time", "1m", "--", *send_app(8))
+        # Short (2 iterations): what is checked is how each policy starts it, ten times over.
+        job = node.submit("-n", "4", "--max-mpl", "4", "--time", "1m", "--", *send_app(2))
         acct = node.wait_all_done(timeout=120)[job]
         assert acct["state"] == "completed" and acct["exit_code"] == 0, (policy, acct)
         assert acct["nranks"] == 4 and acct["mpl_history"] == "2", (policy, acct)
@@ -40,7 +41,7 @@ def test_a_4_rank_short_job_on_2_cpus_starts_folded_under_every_policy(node_fact
         assert start["max_mpl"] == 2 and "folded to fit this node's 2 CPUs" in start["why"], (policy, start)
         assert vmapp_result(node.output(job))["verified"] is True
     set_policy(node, "fjt+easy:malleable")
-    job = node.submit("-n", "4", "--", *send_app(4))  # no class, no time: the default (long) class
+    job = node.submit("-n", "4", "--", *send_app(2))  # no class, no time: the default (long) class
     assert node.wait_all_done(timeout=120)[job]["state"] == "completed"
     assert vmapp_result(node.output(job))["verified"] is True
     # Refused only when no allowed folding fits, saying why.
@@ -105,15 +106,16 @@ def at_width(node: Node, prog: str, columns: str) -> str:
 
 
 def test_suspended_and_requeued_reasons(node_factory):
+    # The head runs 20 iterations (2 s or more), the time in which the late job's reason is read.
     node = node_factory("fcfs+easy:suspend/fifo")
-    a, head, late = expiring_backfill(node, head_iters=60)
+    a, head, late = expiring_backfill(node, head_iters=20)
     wait_for(lambda: node.job(late)["job"]["suspended"], timeout=60, interval=0.1, what="the late job suspended")
     wait_reason(node, late, "Suspended")
     acct = node.wait_all_done(timeout=240)
     assert acct[late]["state"] == "completed" and vmapp_result(node.output(late))["verified"]
 
     set_policy(node, "fcfs+easy:abort")
-    a, head, late = expiring_backfill(node, head_iters=60)
+    a, head, late = expiring_backfill(node, head_iters=20)
     wait_for(lambda: node.job(late)["job"]["requeues"] >= 1, timeout=60, interval=0.1, what="the late job requeued")
     wait_reason(node, late, "Requeued (window expired)")
     acct = node.wait_all_done(timeout=240)

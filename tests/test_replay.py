@@ -21,7 +21,8 @@ POLICIES = ("fcfs+easy:abort/fifo", "fjt+easy:malleable/fifo")
 
 
 def small_workload(directory) -> int:
-    """About 20 class-S jobs (about a second each) arriving over about 25 s, long and short."""
+    """About 7 class-S jobs (about a second each) arriving over about 8 s, long and short, of all four apps
+    (7 with this seed; 21 jobs over 25 s made this the suite's longest test, 98 s on a slow node)."""
     up_to_2 = AllowedCounts.of([2, 1])
     apps = [
         AppSpec("ep", "S", "mpiexec -n N python -m vmsched.apps.ep --class S", 2.0, "short", up_to_2, "low"),
@@ -30,7 +31,7 @@ def small_workload(directory) -> int:
                 "long", up_to_2, "medium", balanced=False),
         AppSpec("cg", "S", "mpiexec -n N python -m vmsched.apps.cg --class S", 2.0, "long", up_to_2, "high"),
     ]  # fmt: skip
-    spec = WorkloadSpec(cpus=2, utilization=0.8, mix=tuple(MixEntry(a, 0.25) for a in apps), duration=25, seed=7)
+    spec = WorkloadSpec(cpus=2, utilization=0.8, mix=tuple(MixEntry(a, 0.25) for a in apps), duration=8, seed=1)
     w = generate(spec)
     w.write_params(directory)
     return len(w.arrivals)
@@ -40,7 +41,7 @@ def test_replay_two_policies_end_to_end(tmp_path):
     params, out = tmp_path / "workload", tmp_path / "results"
     params.mkdir()
     njobs = small_workload(params)
-    assert 12 <= njobs <= 30
+    assert 5 <= njobs <= 12
     argv = [str(BIN / "vmreplay"), str(params), "--private", "--time-scale", "2", "--out", str(out)]
     for p in POLICIES:
         argv += ["--policy", p]

@@ -79,12 +79,17 @@ def test_a_rank_tests_again_before_it_hands_its_token_on(manager, patterns, tmp_
 
 def test_short_waits_hand_the_cpu_over_by_yielding(manager, patterns, tmp_path):
     """A ring of 4 on one CPU: each rank waits for three hops; queue-mates that all yield leave the
-    token free, and the one whose message has arrived takes it. Three hops take 15-30 us here, at the
-    rule's 30-us bound, so whether a rank's average stays under it varied from run to run (0.2-0.9 free
-    tokens taken per hand-off, below 0.1 once in a full run of the suite): the bound is 60 us here, and
-    the rule itself is what the master-worker test below checks."""
-    per = folded(manager, patterns, tmp_path, ["ring", "20000", "0"], VMRT_YIELD_WAIT_MAX_AVG_US="60")
-    assert per["claims"] > 0.8 and per["yields"] > 1 and per["sleeps"] < 0.1, per  # measured 0.98-0.99, 2.1-2.3
+    token free, and the one whose message has arrived takes it. The mechanism, not the short-wait rule's
+    bound (the master-worker test below checks the rule): three hops take 15-30 us here, at the rule's
+    30-us bound, so with it whether a rank's average stayed under varied from run to run (0.2-0.9 free
+    tokens taken per hand-off); with a 60-us bound and the 100-us window it still slept 0.15 per hand-off
+    in one full run of the suite on a slow node. Both are 100 ms here, so no wait of this ring reaches
+    either and every hand-off must be a free token taken."""
+    per = folded(manager, patterns, tmp_path, ["ring", "20000", "0"],
+                 VMRT_YIELD_WAIT_MAX_AVG_US="100000", VMRT_YIELD_WAIT_US="100000")  # fmt: skip
+    # Measured 1.00 claims, 0.00 sleeps and 2.5-12.8 yields per hand-off (calls waited 42-109 us on average,
+    # the full suite running beside it).
+    assert per["claims"] > 0.9 and per["yields"] > 1 and per["sleeps"] < 0.05, per
 
 
 def test_ranks_whose_waits_are_long_sleep_at_once(manager, patterns, tmp_path):

@@ -17,6 +17,7 @@ import pytest
 
 from tests.conftest import BIN, wait_for
 from tests.launcher_harness import vmapp_result
+from tests.plain_runs import run_app
 from tests.slurm_cluster import VmschedCluster
 from vmsched.slurm.step import vm_job_id
 from vmsched.vmruntime.shmclean import MPICH_PREFIX, mapped_segments
@@ -87,15 +88,6 @@ def registered(v: VmschedCluster, node: str, vm_id: int, n: int) -> dict | None:
     return j if j is not None and j["registered"] == n else None
 
 
-def unfolded_checksum(app: str, cls: str) -> str:
-    """The same app run as plain MPI, no Slurm and no vmsched."""
-    r = subprocess.run([str(BIN / "mpiexec"), "-n", "4", PY, "-m", f"vmsched.apps.{app}", "--class", cls],
-                       capture_output=True, text=True, timeout=120)  # fmt: skip
-    res = vmapp_result(r.stdout)
-    assert res["verified"], r.stdout
-    return res["checksum"]
-
-
 def test_two_sbatch_jobs_fold_on_one_node(vmcluster: VmschedCluster) -> None:
     """Two 4-rank jobs on n1 (one through srun --mpi=pmi2, one through mpiexec inside sbatch) both run
     folded on its CPUs: vmcpu --json shows both partitions at MPL 4, the first ran at MPL 2 alone."""
@@ -127,7 +119,7 @@ def test_job_across_nodes_folds_on_each_node(vmcluster: VmschedCluster) -> None:
     """A 4-rank job over n1 and n2 (mpiexec inside sbatch: one proxy per node) is folded on each node
     (2 ranks on its one CPU) and ends with the checksum of the unfolded run."""
     v = vmcluster
-    unfolded = unfolded_checksum("cg", "S")
+    unfolded = run_app("cg", 1)["checksum"]  # plain MPI, no Slurm and no vmsched (tests/plain_runs.py)
     across = sbatch(v, "across", "-N2", "-n4", body=mpiexec_app("cg", "S"))
     finished(v, across)
     res, ranks = result(v, "across"), stats(v, "across")
