@@ -9,16 +9,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-
-from vmsched.launcher.replay import slug  # noqa: E402
-from vmsched.workloads.errors import WorkloadError  # noqa: E402
-from vmsched.workloads.metrics import JobRecord, records_from_swf  # noqa: E402
-from vmsched.workloads.report import TextTable, fmt, markdown  # noqa: E402
-from vmsched.workloads.swf import read_swf  # noqa: E402
+from vmsched.launcher.replay import slug
+from vmsched.workloads.errors import WorkloadError
+from vmsched.workloads.metrics import JobRecord, records_from_swf
+from vmsched.workloads.plots import pyplot
+from vmsched.workloads.report import TextTable, fmt, markdown
+from vmsched.workloads.swf import read_swf
 
 
 @dataclass(frozen=True)
@@ -98,6 +94,7 @@ def report(name: str, ag: Agreement) -> str:
 
 
 def plot(name: str, ag: Agreement, path: Path) -> None:
+    plt = pyplot()
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
     xs, ys = [a for _, a, _ in ag.per_job], [b for _, _, b in ag.per_job]
     ax1.scatter(xs, ys, s=12)

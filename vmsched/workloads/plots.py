@@ -6,17 +6,25 @@ from bisect import bisect_left
 from collections.abc import Mapping, Sequence
 from os import PathLike
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import matplotlib
+from vmsched.workloads.metrics import RelativePerformance, Segment, Summary, busy_cpus
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
-from matplotlib.ticker import FuncFormatter  # noqa: E402
-
-from vmsched.workloads.metrics import RelativePerformance, Segment, Summary, busy_cpus  # noqa: E402
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 PathLike_ = str | PathLike[str]
+
+
+def pyplot():  # noqa: ANN201 (matplotlib.pyplot, a module)
+    """matplotlib.pyplot on the Agg backend, imported on first use: the import takes about 0.9 s, which
+    every command that imports this module (vmsim, vmreplay, ...) paid even to print a usage error."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
 
 
 def _save(fig: Figure, path: PathLike_) -> Path:
@@ -24,14 +32,14 @@ def _save(fig: Figure, path: PathLike_) -> Path:
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
     fig.savefig(out, dpi=110)
-    plt.close(fig)
+    pyplot().close(fig)
     return out
 
 
 def plot_relative_cdf(rel: RelativePerformance | Sequence[RelativePerformance], path: PathLike_) -> Path:
     """CDF of per-job response-time ratios b / a (log x axis); left of 1 the jobs b did better."""
     rels = [rel] if isinstance(rel, RelativePerformance) else list(rel)
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    fig, ax = pyplot().subplots(figsize=(7, 4.5))
     for r in rels:
         x, y = r.cdf()
         x = [max(v, 1e-6) if v != float("inf") else 1e6 for v in x]
@@ -41,6 +49,8 @@ def plot_relative_cdf(rel: RelativePerformance | Sequence[RelativePerformance], 
         ax.axvspan(1 - tol, 1 + tol, color="0.85", label=f"equal (±{tol:.0%})")
     ax.axvline(1.0, color="0.3", linewidth=0.8)
     ax.set_xscale("log")
+    from matplotlib.ticker import FuncFormatter
+
     plain = FuncFormatter(lambda v, _: f"{v:g}")
     ax.xaxis.set_major_formatter(plain)
     ax.xaxis.set_minor_formatter(plain)
@@ -58,7 +68,7 @@ def plot_response_by_class(summaries: Mapping[str, Summary], path: PathLike_) ->
     classes: list[str] = []
     for s in summaries.values():
         classes += [c for c in s.classes if c not in classes]
-    fig, ax = plt.subplots(figsize=(max(6.0, 1.5 * len(classes) * max(1, len(summaries)) / 2), 4.5))
+    fig, ax = pyplot().subplots(figsize=(max(6.0, 1.5 * len(classes) * max(1, len(summaries)) / 2), 4.5))
     width = 0.8 / max(1, len(summaries))
     for k, (label, s) in enumerate(summaries.items()):
         values = [(s.classes[c].mean_response or 0.0) if c in s.classes else 0.0 for c in classes]
@@ -76,7 +86,7 @@ def plot_response_by_class(summaries: Mapping[str, Summary], path: PathLike_) ->
 def plot_utilization(segments: Sequence[Segment], cpus: int, path: PathLike_) -> Path:
     """CPUs in use over time, against the machine size."""
     times, busy = busy_cpus(segments)
-    fig, ax = plt.subplots(figsize=(8, 3.5))
+    fig, ax = pyplot().subplots(figsize=(8, 3.5))
     if times:
         origin = times[0]
         ax.step([t - origin for t in times], busy, where="post", label="CPUs in use")
@@ -94,9 +104,9 @@ def plot_utilization(segments: Sequence[Segment], cpus: int, path: PathLike_) ->
 def plot_partitions(segments: Sequence[Segment], cpus: int, path: PathLike_) -> Path:
     """Partitions over time: a Gantt chart per CPU when every segment names its CPUs, otherwise the CPUs
     held by each job stacked over time."""
-    fig, ax = plt.subplots(figsize=(9, max(3.0, 0.5 * cpus + 2)))
+    fig, ax = pyplot().subplots(figsize=(9, max(3.0, 0.5 * cpus + 2)))
     jobs = sorted({s.job_id for s in segments})
-    colors = plt.get_cmap("tab20")
+    colors = pyplot().get_cmap("tab20")
     color = {j: colors(i % 20) for i, j in enumerate(jobs)}
     origin = min((s.start for s in segments), default=0.0)
     if segments and all(s.cpu_ids is not None for s in segments):
