@@ -201,7 +201,7 @@ def test_second_user_cannot_steer_the_manager_or_touch_another_job(shared_node: 
         wait_for(lambda: len(rank_pids(job.pid)) == 4, timeout=30, what="root's 4 ranks")
         root_rank = rank_pids(job.pid)[0]
         wait_for(lambda: any(j["job"] == 41 and j["registered"] == 4 for j in c.status()["jobs"]), timeout=30,
-                 what="root's ranks verified")  # fmt: skip
+                 interval=0.05, what="root's ranks verified")  # fmt: skip
 
         # 1. Nothing of root's is reachable: the node table is read-only, root's job segment closed.
         seen = attacker.do("reach", shm=cfg.shm_name, lock=cfg.lock_name, victim=41, socket=str(cfg.cpumanager_socket))

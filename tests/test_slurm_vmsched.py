@@ -94,11 +94,14 @@ def test_two_sbatch_jobs_fold_on_one_node(vmcluster: VmschedCluster) -> None:
     v = vmcluster
     first = sbatch(v, "first", "-w", "n1", "-n4", "--vm-max-mpl=4", body=srun_app("ep", "W"))
     a = vm_job_id(first, 0)
-    alone = wait_for(lambda: registered(v, "n1", a, 4), timeout=120, what="the first job's 4 ranks on n1")
+    # Polled every 0.1 s, not wait_for's 5 ms: each poll is a status request the manager answers, on
+    # the CPUs that the job's ranks are starting on.
+    alone = wait_for(lambda: registered(v, "n1", a, 4), timeout=120, interval=0.1,
+                     what="the first job's 4 ranks on n1")  # fmt: skip
     assert alone["mpl"] == 2 and alone["cpus"] == [0, 1] and alone["max_mpl"] == 4
     second = sbatch(v, "second", "-w", "n1", "-n4", body=mpiexec_app("ep", "S"))  # the node's max_mpl: 4
     b = vm_job_id(second, 0)
-    wait_for(lambda: registered(v, "n1", b, 4) and registered(v, "n1", a, 4), timeout=120,
+    wait_for(lambda: registered(v, "n1", b, 4) and registered(v, "n1", a, 4), timeout=120, interval=0.1,
              what="the second job's 4 ranks on n1 while the first runs")  # fmt: skip
     shown = json.loads(subprocess.run([str(BIN / "vmcpu"), "--json", "--state-dir", str(v.managers["n1"].state_dir)],
                                       capture_output=True, text=True, check=True).stdout)  # fmt: skip
@@ -139,7 +142,7 @@ def test_cancelled_job_leaves_nothing_and_its_cpu_goes_back(vmcluster: VmschedCl
     v = vmcluster
     base = sbatch(v, "base", "-w", "n1", "-n4", body=srun_app("ep", "W"))
     b = vm_job_id(base, 0)
-    wait_for(lambda: registered(v, "n1", b, 4), timeout=120, what="the base job's ranks on n1")
+    wait_for(lambda: registered(v, "n1", b, 4), timeout=120, interval=0.1, what="the base job's ranks on n1")
 
     cancelled = sbatch(v, "cancelled", "-N2", "-n4", body=srun_app("cg", "W"))
     c = vm_job_id(cancelled, 0)
