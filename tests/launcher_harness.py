@@ -56,9 +56,10 @@ class Node:
             if self.launcher.poll() is not None:
                 pytest.fail(f"vm-launcher exited with {self.launcher.returncode}")
             try:
-                return bool(self.call("ping", timeout_s=1.0) is not None)
+                self.call("ping", timeout_s=1.0)
             except DaemonUnavailable:  # no socket yet, or not answering yet
                 return False
+            return True
 
         wait_for(up, timeout=30, interval=0.05, what="the launcher to answer")
 
@@ -89,6 +90,11 @@ class Node:
 
     def job(self, job_id: int) -> dict[str, Any]:
         return self.call("job", job=job_id)
+
+    def stored_jobs(self) -> list[dict[str, Any]]:
+        """The queue's jobs as stored, without `partition`: the CPU manager's live view of a running job
+        (its CPUs, queue type, LBD phase and imbalance), which comes and changes whatever the requests."""
+        return [{k: v for k, v in j.items() if k != "partition"} for j in self.queue()["jobs"]]
 
     def acct(self) -> dict[int, dict[str, Any]]:
         """The rows of `vmacct --json` (its default limit), by job."""

@@ -7,22 +7,20 @@ suite on a slow node)."""
 from __future__ import annotations
 
 import subprocess
-import sys
-from pathlib import Path
 from typing import Any
 
+from tests.conftest import BIN, REPO
 from vmsched.apps import registry
 from vmsched.apps.result import parse_result
 
-MPIEXEC = Path(sys.executable).parent / "mpiexec"
+MPIEXEC = BIN / "mpiexec"
 RUN_TIMEOUT = 60
 
 _results: dict[tuple[object, ...], dict[str, Any]] = {}
 
 
 def mpirun(n: int, argv: list[str], timeout: float = RUN_TIMEOUT) -> subprocess.CompletedProcess[str]:
-    repo = Path(__file__).resolve().parents[1]
-    return subprocess.run([str(MPIEXEC), "-n", str(n), *argv], cwd=repo, capture_output=True, text=True,
+    return subprocess.run([str(MPIEXEC), "-n", str(n), *argv], cwd=REPO, capture_output=True, text=True,
                           timeout=timeout)  # fmt: skip
 
 

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from tests.conftest import REPO
 from tests.plain_runs import MPIEXEC, mpirun, run_app
 from vmsched.apps import classes, registry
 from vmsched.apps.counterrng import block_index, uniform
@@ -26,9 +27,6 @@ from vmsched.apps.exactsum import checksum_of, repro_sums
 from vmsched.apps.result import format_result, parse_result
 from vmsched.apps.variants import heavy_ranks, parse_variant
 from vmsched.vmruntime.shmclean import HYDRA_TOPOLOGY_PREFIX, job_files, remove_leftovers
-
-REPO = Path(__file__).resolve().parents[1]
-
 
 # --- every app at class S: verified, and the checksum does not depend on the rank count ---------------
 

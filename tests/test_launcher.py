@@ -140,13 +140,7 @@ def test_bad_input_is_refused_and_changes_nothing(node_factory):
     node = node_factory("fcfs/fifo")
     keep = node.submit("-n", "2", "--time", "60s", "--", *send_app(3000))  # outlives the checks; cancelled
     node.wait_state(keep, ("running",))  # started: its stored record changes no more while it runs
-
-    def stored() -> list[dict]:
-        """The queue's jobs as stored, without `partition`: the CPU manager's live view of a running job
-        (its CPUs, queue, LBD state and imbalance), which comes and changes whatever the requests."""
-        return [{k: v for k, v in j.items() if k != "partition"} for j in node.queue()["jobs"]]
-
-    before = stored()
+    before = node.stored_jobs()
     usage = [
         ("vmsubmit", "-n", "2"),  # no command
         ("vmsubmit", "--", "true"),  # no size
@@ -184,7 +178,7 @@ def test_bad_input_is_refused_and_changes_nothing(node_factory):
         assert c.request_raw(b"{nope")["ok"] is False
         assert "unknown op" in c.request_raw(b'{"op": "format_disk"}')["error"]
         assert "must be a non-empty list" in c.request_raw(b'{"op": "submit", "command": "rm"}')["error"]
-    assert stored() == before
+    assert node.stored_jobs() == before
     node.cli("vmcancel", str(keep))
     r = node.cli("vmcancel", str(keep), check=False)
     assert r.returncode == 1 and "already ended" in r.stderr

@@ -204,16 +204,10 @@ def test_job_script_directives_are_honoured_and_the_command_line_wins(node_facto
     assert acct[scripted]["state"] == acct[one_rank]["state"] == "completed"
 
 
-def stored_jobs(node) -> list[dict]:
-    """The queue's jobs without the CPU manager's live view of their partitions (a running job's queue
-    type and LBD phase change as it runs; a job on one CPU is decided local at once)."""
-    return [{k: v for k, v in j.items() if k != "partition"} for j in node.queue()["jobs"]]
-
-
 def test_bad_batch_input_is_refused_and_stores_nothing(node_factory):
     node = node_factory("fcfs/fifo")
     keep = node.submit("-n", "1", "--time", "60s", "--", *send_app(3000))  # outlives the checks; cancelled
-    before = stored_jobs(node)
+    before = node.stored_jobs()
     scripts = {
         "missing-arg.sh": ("#VMSCHED -n\ntrue\n", "line 1: argument -n/--ntasks: expected one argument"),
         "glued.sh": ("#!/bin/sh\n#VMSCHED--time 1m\n", "line 2: malformed directive"),
@@ -253,7 +247,7 @@ def test_bad_batch_input_is_refused_and_stores_nothing(node_factory):
     })  # fmt: skip
     assert seen["script"]["rc"] == 2 and "is not readable by you" in seen["script"]["err"], seen
     assert seen["dep"]["rc"] == 1 and f"dependency on job {keep}, which belongs to root" in seen["dep"]["err"], seen
-    assert stored_jobs(node) == before
+    assert node.stored_jobs() == before
     node.cli("vmcancel", str(keep))
     node.wait_all_done()
     assert node.submit("-n", "1", "--", "true") == keep + 1, "a refused submission took a job id"
