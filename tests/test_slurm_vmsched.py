@@ -135,6 +135,23 @@ def test_job_across_nodes_folds_on_each_node(vmcluster: VmschedCluster) -> None:
         assert jobs_on(v, node) == {}
 
 
+def stopped_processes(*slurm_jobs: int) -> list[int]:
+    """Stopped processes of these Slurm jobs (a step's processes carry SLURM_JOB_ID) or of this test's own
+    tree: not those of other work on the node, such as a test running beside this one."""
+    ours = {p.pid for p in psutil.Process().children(recursive=True)}
+    stopped = []
+    for p in psutil.process_iter(["status"]):
+        if p.info["status"] != psutil.STATUS_STOPPED:
+            continue
+        try:
+            job = p.environ().get("SLURM_JOB_ID")
+        except psutil.Error:
+            job = None
+        if p.pid in ours or job in {str(j) for j in slurm_jobs}:
+            stopped.append(p.pid)
+    return stopped
+
+
 def test_cancelled_job_leaves_nothing_and_its_cpu_goes_back(vmcluster: VmschedCluster) -> None:
     """With a 4-rank job on n1, a 4-rank job over n1 and n2 (srun --mpi=pmi2) cancelled mid-run leaves
     no rank, stopped process or segment on either node, and n1's job gets its CPU back within two
@@ -172,8 +189,7 @@ def test_cancelled_job_leaves_nothing_and_its_cpu_goes_back(vmcluster: VmschedCl
         assert c not in jobs_on(v, node) and not job_segments(v, node, c)
     assert not [p for p in mpich if os.path.exists(p)], "the cancelled ranks' MPICH segments were left"
     wait_for(lambda: not [p for p in pids if psutil.pid_exists(p)], timeout=20, what="the ranks to be reaped")
-    stopped = [p.pid for p in psutil.process_iter(["status"]) if p.info["status"] == psutil.STATUS_STOPPED]
-    assert not stopped, f"stopped processes left: {stopped}"
+    assert not stopped_processes(base, cancelled), "stopped processes left"
 
     finished(v, base)
     assert result(v, "base")["verified"]
