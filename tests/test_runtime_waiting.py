@@ -221,6 +221,29 @@ def test_receives_no_counted_message_can_match_leave_the_counts_alone(manager, t
     assert calls == [(1, 0), (0, 1), (0, 0), (0, 0)] and [s["unconsumed"] for s in ranks] == [0] * 4, ranks
 
 
+def test_receives_from_any_source_are_taken_off_their_senders_counts(manager, tmp_path):
+    """Nonblocking receives from MPI_ANY_SOURCE (tests/c/anysource.c: completed by each of the eight
+    Wait/Test calls with statuses ignored, persistent, on a communicator freed while they are pending,
+    around a ring) take each message off the count of the sender the status names. They took it off
+    blindly: the receiver's own count went down, but every sender's count of messages it had sent that
+    were not yet received stayed up for good, and a message from a sender not folded here, never
+    counted, was taken for one that was."""
+    exe = compile_c_program(REPO / "tests" / "c" / "anysource.c", tmp_path)
+    stats = tmp_path / "stats.jsonl"
+    cmd = vmrun_cmd(manager.state_dir, 4, 4, [str(exe), "100"], queue="global")
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=120,
+                       env={**manager.env(), "VMRT_STATS": str(stats)})  # fmt: skip
+    assert r.returncode == 0, r.stderr[-2000:]
+    out = json.loads(r.stdout)
+    assert out["ok"] and out["rounds"] == 100, out
+    ranks = sorted(read_stats(stats), key=lambda s: s["rank"])
+    assert [s["mode"] for s in ranks] == ["ctl"] * 4, ranks
+    assert [(s["unconsumed"], s["sent_not_consumed"]) for s in ranks] == [(0, 0)] * 4, ranks
+    used = ("Wait", "Waitall", "Waitany", "Waitsome", "Test", "Testall", "Testany", "Testsome", "Startall",
+            "Irecv", "Recv_init", "Request_free")  # fmt: skip
+    assert all(ranks[0]["calls"].get(f, 0) > 0 for f in used), ranks[0]["calls"]
+
+
 def test_persistent_requests_are_counted(manager, patterns, tmp_path):
     """A halo exchanged with persistent requests (MPI_Recv_init, MPI_Send_init, MPI_Startall,
     MPI_Waitall), 4 ranks on one CPU. Counted, its receives are waits to receive: a rank whose

@@ -941,10 +941,22 @@ static int find_text(struct dl_phdr_info *info, size_t size, void *data) {
 /* ---------------------------------------------------------------------------------------------- */
 /* message counters for the global-queue heuristics                                               */
 
+static int any_keeps(const int *map);
+
 static int comm_delete(MPI_Comm comm, int kv, void *attr, void *extra) {
     (void)comm, (void)kv, (void)extra;
-    free(attr);
+    if (!any_keeps(attr)) free(attr);
     return MPI_SUCCESS;
+}
+
+/* The world slot of rank `r` of a communicator whose rank map is `map` (NULL: MPI_COMM_WORLD), -1 when
+ * it has none (not a rank of it, not folded here). */
+static int map_slot(const int *map, int r) {
+    if (r < 0) return -1;
+    if (!map) return slot_of(r);
+    if (r >= map[0]) return -1;
+    int w = map[1 + r];
+    return w == MPI_UNDEFINED ? -1 : slot_of(w);
 }
 
 int vm_world_rank(MPI_Comm comm, int r) {
@@ -976,9 +988,7 @@ int vm_world_rank(MPI_Comm comm, int r) {
         }
         PMPI_Comm_set_attr(comm, keyval, map);
     }
-    if (!map || r >= map[0]) return -1;
-    int w = map[1 + r];
-    return w == MPI_UNDEFINED ? -1 : slot_of(w);
+    return map ? map_slot(map, r) : -1;
 }
 
 /* Which counted message a receive from `src` on `comm` may take: VM_UNCOUNTED when none can (from
@@ -1079,6 +1089,93 @@ void vm_track_recv(MPI_Request req, int src) {
     }
 }
 
+/* Receives from MPI_ANY_SOURCE, pending (`anyrecv`) and persistent (`anypersist`), each with the rank
+ * map of its communicator, so that its completion takes the message off the count of the sender its
+ * status names. Taken off blindly, a message from a rank not folded here (another node's, never
+ * counted) was taken for a counted one, which hid the next counted message on its way to this rank,
+ * and the real sender's count of messages sent stayed one too high for good. The map, not the
+ * communicator: the program may free that while the receive is pending, and it then goes away inside
+ * the call that completes the receive; a map still listed here outlives it (comm_delete). A short
+ * list: such receives are few at a time (a master's one, or one per worker); when it is full, a receive
+ * is counted blindly, as before. */
+#define VM_ANY 64
+struct anylist {
+    MPI_Request req[VM_ANY];
+    const int *map[VM_ANY]; /* NULL: MPI_COMM_WORLD */
+    int n;
+};
+static struct anylist anyrecv, anypersist;
+static int *orphaned[2 * VM_ANY]; /* maps of freed communicators that a listed receive still names */
+static int norphaned;
+
+static int any_keeps(const int *map) {
+    int used = 0;
+    for (int i = 0; i < anyrecv.n && !used; i++) used = anyrecv.map[i] == map;
+    for (int i = 0; i < anypersist.n && !used; i++) used = anypersist.map[i] == map;
+    if (!used) return 0;
+    orphaned[norphaned++] = (int *)map; /* room: each orphan is named by one of the 2 * VM_ANY entries */
+    return 1;
+}
+
+/* A listed map is named once less: free it if its communicator is gone and no receive names it now. */
+static void any_release(const int *map) {
+    for (int k = 0; k < norphaned; k++) {
+        if (orphaned[k] != map) continue;
+        for (int i = 0; i < anyrecv.n; i++)
+            if (anyrecv.map[i] == map) return;
+        for (int i = 0; i < anypersist.n; i++)
+            if (anypersist.map[i] == map) return;
+        free(orphaned[k]);
+        orphaned[k] = orphaned[--norphaned];
+        return;
+    }
+}
+
+static int any_add(struct anylist *l, MPI_Request req, const int *map) {
+    if (l->n >= VM_ANY) return 0;
+    l->req[l->n] = req, l->map[l->n] = map;
+    l->n++;
+    vm.nany = anyrecv.n;
+    return 1;
+}
+
+static int any_find(const struct anylist *l, MPI_Request req) {
+    for (int i = 0; i < l->n; i++)
+        if (l->req[i] == req) return i;
+    return -1;
+}
+
+/* Take a request off the list; its map goes to `*map` (released by the caller). */
+static int any_take(struct anylist *l, MPI_Request req, const int **map) {
+    int i = any_find(l, req);
+    if (i < 0) return 0;
+    *map = l->map[i];
+    l->n--;
+    l->req[i] = l->req[l->n], l->map[i] = l->map[l->n];
+    vm.nany = anyrecv.n;
+    return 1;
+}
+
+/* The rank map of an intra-communicator (made on first use); `*ok` 0 when there is none. */
+static const int *comm_map(MPI_Comm comm, int *ok) {
+    int *map = NULL, flag = 0;
+    *ok = 1;
+    if (comm == MPI_COMM_WORLD) return NULL;
+    vm_world_rank(comm, 0); /* makes the map */
+    if (keyval != MPI_KEYVAL_INVALID) PMPI_Comm_get_attr(comm, keyval, &map, &flag);
+    *ok = flag && map && map[0] > 0;
+    return map;
+}
+
+void vm_track_recv_on(MPI_Request req, MPI_Comm comm, int src) {
+    int peer = vm_recv_peer(comm, src), ok = 0;
+    vm_track_recv(req, peer);
+    if (peer == -1 && vm_track_peek(req) == -1) { /* tracked (the map may be full) */
+        const int *map = comm_map(comm, &ok);
+        if (ok) any_add(&anyrecv, req, map);
+    }
+}
+
 int vm_track_peek(MPI_Request req) {
     int i = map_find(&tracked, req);
     return i < 0 ? -2 : tracked.val[i] - 2;
@@ -1088,28 +1185,48 @@ int vm_track_peek(MPI_Request req) {
 int vm_untrack(MPI_Request req) {
     int v = map_remove(&tracked, req);
     vm.ntracked = tracked.n;
+    const int *map;
+    if (v - 2 == -1 && anyrecv.n && any_take(&anyrecv, req, &map)) any_release(map);
     return v - 2;
 }
 
-void vm_request_done(MPI_Request req) {
+void vm_request_done(MPI_Request req, const MPI_Status *st) {
+    const int *map = NULL;
+    int any = anyrecv.n && any_take(&anyrecv, req, &map);
     int src = vm_untrack(req);
+    if (any) {
+        int cancelled = 0;
+        if (src == -1 && st) {
+            PMPI_Test_cancelled(st, &cancelled);
+            src = cancelled ? -1 : map_slot(map, st->MPI_SOURCE); /* -1: no counted message taken */
+        }
+        any_release(map);
+        if (src == -1 && st) return;
+    }
     if (src > -2) vm_count_recv(src);
 }
 
 void vm_requests_done(const MPI_Request *before, const MPI_Request *after, int n) {
     for (int i = 0; i < n && vm.ntracked; i++)
-        if (before[i] != MPI_REQUEST_NULL && after[i] == MPI_REQUEST_NULL) vm_request_done(before[i]);
+        if (before[i] != MPI_REQUEST_NULL && after[i] == MPI_REQUEST_NULL) vm_request_done(before[i], NULL);
 }
 
 /* Persistent requests: value (peer world rank + 2) * 2 + is_send, so never 0. */
-void vm_persist_add(MPI_Request req, int world_peer, int send) {
+void vm_persist_add(MPI_Request req, MPI_Comm comm, int world_peer, int send) {
     /* A receive no counted message can match is left out: its start tracks nothing. */
-    if (req != MPI_REQUEST_NULL && world_peer != VM_UNCOUNTED)
-        map_insert(&persistent, req, (world_peer + 2) * 2 + !!send);
+    if (req == MPI_REQUEST_NULL || world_peer == VM_UNCOUNTED) return;
+    map_insert(&persistent, req, (world_peer + 2) * 2 + !!send);
+    int ok = 0;
+    if (!send && world_peer == -1) {
+        const int *map = comm_map(comm, &ok);
+        if (ok) any_add(&anypersist, req, map);
+    }
 }
 
 void vm_persist_free(MPI_Request req) {
+    const int *map;
     if (persistent.n) map_remove(&persistent, req);
+    if (anypersist.n && any_take(&anypersist, req, &map)) any_release(map);
 }
 
 /* Before a start: count each persistent send among them (as vm_count_send does for a nonblocking send). */
@@ -1129,7 +1246,10 @@ void vm_persist_starting(const MPI_Request *reqs, int n, int undo) {
 void vm_persist_started(const MPI_Request *reqs, int n) {
     for (int i = 0; i < n && persistent.n; i++) {
         int k = map_find(&persistent, reqs[i]);
-        if (k >= 0 && !(persistent.val[k] & 1)) vm_track_recv(reqs[i], persistent.val[k] / 2 - 2);
+        if (k < 0 || (persistent.val[k] & 1)) continue;
+        int src = persistent.val[k] / 2 - 2, a = src == -1 ? any_find(&anypersist, reqs[i]) : -1;
+        vm_track_recv(reqs[i], src);
+        if (a >= 0 && vm_track_peek(reqs[i]) == -1) any_add(&anyrecv, reqs[i], anypersist.map[a]);
     }
 }
 
@@ -1145,12 +1265,13 @@ static void write_stats(const char *why) {
                      "\"blocking_calls\":%llu,\"ctx_switches\":%llu,\"yields\":%lu,\"sleeps\":%lu,\"claims\":%lu,"
                      "\"lock_yields\":%lu,\"other_yields\":%lu,\"repolls\":%lu,\"starved_handoffs\":%lu,"
                      "\"generations\":%u,\"idle_progress_waits\":%lu,\"off\":\"%s\","
-                     "\"reclaimed\":%u,\"unconsumed\":%lld,\"call_waits\":%lu,\"call_wait_mean_us\":%.1f,"
+                     "\"reclaimed\":%u,\"unconsumed\":%lld,\"sent_not_consumed\":%lld,\"call_waits\":%lu,\"call_wait_mean_us\":%.1f,"
                      "\"call_waits_over_30us\":%lu,\"call_waits_over_100us\":%lu,\"calls\":{",
                      vm.rank, (int)vm.pid, (int)vm.job_id, mode, why, (unsigned long long)vm.me->mpi_calls,
                      (unsigned long long)vm.me->blocking_calls, (unsigned long long)vm.me->ctx_switches, yields, sleeps,
                      claims, lock_yields, other_yields, repolls, starved_handoffs, generations, idle_progresses,
                      off_why, reclaimed, (long long)__atomic_load_n(&vm.me->unconsumed, __ATOMIC_RELAXED),
+                     (long long)__atomic_load_n(&vm.me->sent_not_consumed, __ATOMIC_RELAXED),
                      call_waits, call_waits ? call_wait_sum_ns / call_waits / 1000.0 : 0.0, call_waits_over[0],
                      call_waits_over[1]);
     static const char *names[] = {

@@ -59,6 +59,7 @@ struct vm_state {
     uint32_t spin_us;
     int poll_fail;         /* consecutive unsuccessful Test/Iprobe calls */
     int ntracked;          /* receive requests tracked for the unconsumed counters */
+    int nany;              /* of them, receives from MPI_ANY_SOURCE: their completion reads the sender */
     struct {               /* the MPI call in progress (reset by vm_enter) */
         uint64_t t0;       /* when it started waiting (spin time) */
         int blocked;       /* it has waited already (counted in blocking_calls) */
@@ -97,16 +98,19 @@ void vm_count_send(int world_dest);
 void vm_uncount_send(int world_dest);
 void vm_count_recv(int world_src);
 void vm_track_recv(MPI_Request req, int world_src);
+/* Track a nonblocking receive from `src` of `comm` (MPI_ANY_SOURCE: its sender is read at completion). */
+void vm_track_recv_on(MPI_Request req, MPI_Comm comm, int src);
 /* Forget a request; returns its source world rank (-1 unknown) or -2 when it was not tracked. */
 int vm_untrack(MPI_Request req);
 int vm_track_peek(MPI_Request req);
 /* Count the tracked receives among requests that completed (became MPI_REQUEST_NULL). */
 void vm_requests_done(const MPI_Request *before, const MPI_Request *after, int n);
-/* A request reported complete (a persistent one stays a valid handle): count it if it was tracked. */
-void vm_request_done(MPI_Request req);
+/* A request reported complete (a persistent one stays a valid handle): count it if it was tracked; `st`
+ * its status, NULL when the call reported none (a receive from MPI_ANY_SOURCE is then counted blindly). */
+void vm_request_done(MPI_Request req, const MPI_Status *st);
 /* Persistent point-to-point requests: recorded at their init call (world_peer -1: not known), their
  * sends counted before each start (undo: the start failed), their receives tracked after it. */
-void vm_persist_add(MPI_Request req, int world_peer, int send);
+void vm_persist_add(MPI_Request req, MPI_Comm comm, int world_peer, int send);
 void vm_persist_free(MPI_Request req);
 void vm_persist_starting(const MPI_Request *reqs, int n, int undo);
 void vm_persist_started(const MPI_Request *reqs, int n);

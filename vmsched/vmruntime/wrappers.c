@@ -74,14 +74,39 @@ static void snap_take(struct snap *s, const MPI_Request *reqs, int n) {
 
 /* Count the tracked receives that completed: those the call reported (all of them, or the `nidx` in
  * `idx`; a persistent request stays a valid handle), then any other that became MPI_REQUEST_NULL (an
- * MPI_ERR_IN_STATUS return reports none). */
-static void snap_done(struct snap *s, const MPI_Request *reqs, int n, int all, const int *idx, int nidx) {
+ * MPI_ERR_IN_STATUS return reports none). The k-th reported completion's status is sts[k] (NULL: none). */
+static void snap_done(struct snap *s, const MPI_Request *reqs, int n, int all, const int *idx, int nidx,
+                      const MPI_Status *sts) {
     if (!s->r) return;
-    for (int i = 0; all && i < n && vm.ntracked; i++) vm_request_done(s->r[i]);
+    for (int i = 0; all && i < n && vm.ntracked; i++) vm_request_done(s->r[i], sts ? &sts[i] : NULL);
     for (int k = 0; !all && k < nidx && vm.ntracked; k++)
-        if (idx[k] >= 0 && idx[k] < n) vm_request_done(s->r[idx[k]]);
+        if (idx[k] >= 0 && idx[k] < n) vm_request_done(s->r[idx[k]], sts ? &sts[k] : NULL);
     vm_requests_done(s->r, reqs, n);
     if (s->r != s->small) free(s->r);
+}
+
+/* The statuses a completion call fills: the caller's, or ours when it ignores them while a receive from
+ * MPI_ANY_SOURCE is pending (its sender is read from MPI_SOURCE). `reported` is what snap_done reads. */
+struct stats {
+    MPI_Status small[16];
+    MPI_Status *own;
+    MPI_Status *reported;
+};
+
+static MPI_Status *stats_take(struct stats *t, MPI_Status *sts, int n) {
+    t->own = NULL;
+    t->reported = sts;
+    if (sts != MPI_STATUSES_IGNORE && sts != MPI_STATUS_IGNORE) return sts;
+    t->reported = NULL;
+    if (!vm.nany || n <= 0) return sts;
+    t->own = n <= 16 ? t->small : malloc(sizeof(MPI_Status) * (size_t)n);
+    if (!t->own) return sts;
+    t->reported = t->own;
+    return t->own;
+}
+
+static void stats_done(struct stats *t) {
+    if (t->own && t->own != t->small) free(t->own);
 }
 
 /* ---------------------------------------------------------------------------------------------- */
@@ -211,7 +236,7 @@ BLOCKING_RECV(Recv_c, Irecv_c, MPI_Count)
                    MPI_Request *rq) {                                                                  \
         vm_enter(VMF_##NAME);                                                                          \
         int rc = PMPI_##NAME(buf, count, dt, src, tag, comm, rq);                                      \
-        if (CTL && rc == MPI_SUCCESS) vm_track_recv(*rq, vm_recv_peer(comm, src));                     \
+        if (CTL && rc == MPI_SUCCESS) vm_track_recv_on(*rq, comm, src);                                \
         return rc;                                                                                     \
     }
 
@@ -293,7 +318,10 @@ SENDRECV_REPLACE(Sendrecv_replace_c, Isendrecv_replace_c, MPI_Count)
 /* MPI_Isendrecv and MPI_Isendrecv_replace (MPI 4.0): one request for a send and a receive. The send is
  * counted before it starts, as every send is; the request is tracked as a receive from `src` and counted
  * when a Wait/Test reports it complete. Unwrapped, the send went uncounted: its receiver looked as though
- * nothing were on its way. */
+ * nothing were on its way. From MPI_ANY_SOURCE it is counted blindly (one off the receiver's own count):
+ * MPICH 5.0.2 completes it with a status that is not the receive's (a ring of 4, receiving tag 11 from
+ * any: tags 2, 12 and 14 and a wrong source in 3 of 12 statuses, without vmsched), so its MPI_SOURCE
+ * cannot name the sender. */
 #define ISENDRECV(NAME, CT)                                                                              \
     int MPI_##NAME(const void *sbuf, CT scount, MPI_Datatype stype, int dest, int stag, void *rbuf,    \
                    CT rcount, MPI_Datatype rtype, int src, int rtag, MPI_Comm comm, MPI_Request *rq) { \
@@ -454,8 +482,11 @@ IMRECV(Imrecv_c, MPI_Count)
 int MPI_Wait(MPI_Request *rq, MPI_Status *st) {
     vm_enter(VMF_Wait);
     MPI_Request before = *rq;
+    struct stats t;
+    st = stats_take(&t, st, 1);
     int rc = CTL ? wait1(rq, st, pending_source(rq, 1), pending_recv(rq, 1)) : PMPI_Wait(rq, st);
-    if (vm.ntracked && rc == MPI_SUCCESS) vm_request_done(before);
+    if (vm.ntracked && rc == MPI_SUCCESS) vm_request_done(before, t.reported);
+    stats_done(&t);
     return rc;
 }
 
@@ -463,6 +494,8 @@ int MPI_Waitall(int n, MPI_Request reqs[], MPI_Status sts[]) {
     vm_enter(VMF_Waitall);
     struct snap s;
     snap_take(&s, reqs, n);
+    struct stats t;
+    sts = stats_take(&t, sts, n);
     int rc, flag = 0;
     if (!CTL) {
         rc = PMPI_Waitall(n, reqs, sts);
@@ -481,7 +514,8 @@ int MPI_Waitall(int n, MPI_Request reqs[], MPI_Status sts[]) {
             if (rc != MPI_SUCCESS || flag) break;
         }
     }
-    snap_done(&s, reqs, n, rc == MPI_SUCCESS, NULL, 0);
+    snap_done(&s, reqs, n, rc == MPI_SUCCESS, NULL, 0, t.reported);
+    stats_done(&t);
     return rc;
 }
 
@@ -489,6 +523,8 @@ int MPI_Waitany(int n, MPI_Request reqs[], int *idx, MPI_Status *st) {
     vm_enter(VMF_Waitany);
     struct snap s;
     snap_take(&s, reqs, n);
+    struct stats t;
+    st = stats_take(&t, st, 1);
     int rc, flag = 0;
     if (!CTL) {
         rc = PMPI_Waitany(n, reqs, idx, st);
@@ -507,7 +543,8 @@ int MPI_Waitany(int n, MPI_Request reqs[], int *idx, MPI_Status *st) {
             if (rc != MPI_SUCCESS || flag) break;
         }
     }
-    snap_done(&s, reqs, n, 0, idx, rc == MPI_SUCCESS);
+    snap_done(&s, reqs, n, 0, idx, rc == MPI_SUCCESS, t.reported);
+    stats_done(&t);
     return rc;
 }
 
@@ -515,6 +552,8 @@ int MPI_Waitsome(int n, MPI_Request reqs[], int *outcount, int idxs[], MPI_Statu
     vm_enter(VMF_Waitsome);
     struct snap s;
     snap_take(&s, reqs, n);
+    struct stats t;
+    sts = stats_take(&t, sts, n);
     int rc;
     if (!CTL) {
         rc = PMPI_Waitsome(n, reqs, outcount, idxs, sts);
@@ -533,7 +572,8 @@ int MPI_Waitsome(int n, MPI_Request reqs[], int *outcount, int idxs[], MPI_Statu
             if (rc != MPI_SUCCESS || *outcount != 0) break;
         }
     }
-    snap_done(&s, reqs, n, 0, idxs, rc == MPI_SUCCESS && *outcount != MPI_UNDEFINED ? *outcount : 0);
+    snap_done(&s, reqs, n, 0, idxs, rc == MPI_SUCCESS && *outcount != MPI_UNDEFINED ? *outcount : 0, t.reported);
+    stats_done(&t);
     return rc;
 }
 
@@ -548,8 +588,11 @@ static void polled(int done) {
 int MPI_Test(MPI_Request *rq, int *flag, MPI_Status *st) {
     vm_enter(VMF_Test);
     MPI_Request before = *rq;
+    struct stats t;
+    st = stats_take(&t, st, 1);
     int rc = PMPI_Test(rq, flag, st);
-    if (vm.ntracked && rc == MPI_SUCCESS && *flag) vm_request_done(before);
+    if (vm.ntracked && rc == MPI_SUCCESS && *flag) vm_request_done(before, t.reported);
+    stats_done(&t);
     if (rc == MPI_SUCCESS) polled(*flag);
     return rc;
 }
@@ -558,8 +601,11 @@ int MPI_Testall(int n, MPI_Request reqs[], int *flag, MPI_Status sts[]) {
     vm_enter(VMF_Testall);
     struct snap s;
     snap_take(&s, reqs, n);
+    struct stats t;
+    sts = stats_take(&t, sts, n);
     int rc = PMPI_Testall(n, reqs, flag, sts);
-    snap_done(&s, reqs, n, rc == MPI_SUCCESS && *flag, NULL, 0);
+    snap_done(&s, reqs, n, rc == MPI_SUCCESS && *flag, NULL, 0, t.reported);
+    stats_done(&t);
     if (rc == MPI_SUCCESS) polled(*flag);
     return rc;
 }
@@ -568,8 +614,11 @@ int MPI_Testany(int n, MPI_Request reqs[], int *idx, int *flag, MPI_Status *st) 
     vm_enter(VMF_Testany);
     struct snap s;
     snap_take(&s, reqs, n);
+    struct stats t;
+    st = stats_take(&t, st, 1);
     int rc = PMPI_Testany(n, reqs, idx, flag, st);
-    snap_done(&s, reqs, n, 0, idx, rc == MPI_SUCCESS && *flag);
+    snap_done(&s, reqs, n, 0, idx, rc == MPI_SUCCESS && *flag, t.reported);
+    stats_done(&t);
     if (rc == MPI_SUCCESS) polled(*flag);
     return rc;
 }
@@ -578,8 +627,11 @@ int MPI_Testsome(int n, MPI_Request reqs[], int *outcount, int idxs[], MPI_Statu
     vm_enter(VMF_Testsome);
     struct snap s;
     snap_take(&s, reqs, n);
+    struct stats t;
+    sts = stats_take(&t, sts, n);
     int rc = PMPI_Testsome(n, reqs, outcount, idxs, sts);
-    snap_done(&s, reqs, n, 0, idxs, rc == MPI_SUCCESS && *outcount != MPI_UNDEFINED ? *outcount : 0);
+    snap_done(&s, reqs, n, 0, idxs, rc == MPI_SUCCESS && *outcount != MPI_UNDEFINED ? *outcount : 0, t.reported);
+    stats_done(&t);
     if (rc == MPI_SUCCESS) polled(*outcount != 0);
     return rc;
 }
@@ -602,7 +654,7 @@ int MPI_Request_free(MPI_Request *rq) {
         vm_enter(VMF_##NAME);                                                                          \
         int rc = PMPI_##NAME(buf, count, dt, PEER, tag, comm, rq);                                     \
         if (rc == MPI_SUCCESS)                                                                         \
-            vm_persist_add(*rq, SEND ? vm_world_rank(comm, PEER) : vm_recv_peer(comm, PEER), SEND);    \
+            vm_persist_add(*rq, comm, SEND ? vm_world_rank(comm, PEER) : vm_recv_peer(comm, PEER), SEND); \
         return rc;                                                                                     \
     }
 #define CONST_1 const
