@@ -105,19 +105,21 @@ FUZZ_FLOOR = 10_000  # the acceptance's floor, checked when every kind ran
 
 
 # The README's test command runs the suite on two workers (pytest-xdist, `-n 2`). The modules named here
-# start no MPI job, no CPU manager that runs ranks, and read no timing, so their tests may run on the
-# second CPU beside any other test. Every other test goes to one worker as one unit, run one at a time in
-# the suite's order, as a run without xdist would: they start jobs on all CPUs, read timings and check the
-# node for leaks. (The unit is made by a scheduler of our own, below: xdist's `--dist loadgroup` renames
-# items through an attribute that pytest 9.2 no longer reads, and its groups fell apart.)
+# read no timing, look at nothing node-wide (only at their own processes and files) and kill no job
+# that a supervisor must clean up after, so their tests may run on the second CPU beside any other test:
+# policies, simulator, workloads and fuzzing, the apps under plain mpiexec, one calibration. Every other
+# test goes to one worker as one unit, run one at a time in the suite's order, as a run without xdist
+# would: they start jobs on all CPUs, read timings and check the node for leaks. (The unit is made by a
+# scheduler of our own, below: xdist's `--dist loadgroup` renames items through an attribute that pytest
+# 9.2 no longer reads, and its groups fell apart.)
 BESIDE = frozenset(
     f"tests/test_{m}.py"
     for m in (
-        "config", "fuzz", "hardware_vs_sim", "launcher_batch_units", "lbd", "lint", "metrics", "partition",
-        "policies", "policies_backfill", "policies_config", "policies_reasons", "policies_sa",
-        "policies_shortcuts", "policies_simulate", "sim_runtime_model", "thesis_study", "vmsim_cli",
-        "vmsim_parity", "vmsim_textbook", "workloads_characterize", "workloads_cli", "workloads_generate",
-        "workloads_params", "workloads_plots", "workloads_swf",
+        "apps", "config", "fuzz", "hardware_vs_sim", "launcher_batch_units", "lbd", "lint", "metrics",
+        "partition", "policies", "policies_backfill", "policies_config", "policies_reasons", "policies_sa",
+        "policies_shortcuts", "policies_simulate", "sim_calibration", "sim_runtime_model", "thesis_study",
+        "vmsim_cli", "vmsim_parity", "vmsim_textbook", "workloads_characterize", "workloads_cli",
+        "workloads_generate", "workloads_params", "workloads_plots", "workloads_swf",
     )
 )  # fmt: skip
 NODE_GROUP = "node"
@@ -204,7 +206,7 @@ def no_leaked_mpich_segment(request: pytest.FixtureRequest) -> Iterator[None]:
     """No MPICH segment that appeared during a test may be left unmapped after it: a job's killed ranks
     leave theirs, and whatever started the job must remove them. (A segment some other work on the
     node makes and still maps is not counted; one it abandons would be: run the suite alone.)"""
-    if runs_beside(request.node.nodeid):  # runs no MPI: what appears meanwhile is a neighbour's
+    if runs_beside(request.node.nodeid):  # what appears meanwhile may be a neighbour's (the node unit's)
         yield
         return
     before = mpich_segments()
