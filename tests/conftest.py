@@ -104,53 +104,6 @@ FUZZ_CASES: dict[str, int] = {}
 FUZZ_FLOOR = 10_000  # the acceptance's floor, checked when every kind ran
 
 
-# The README's test command runs the suite on two workers (pytest-xdist, `-n 2`). The modules named here
-# start no MPI job, read no timing and look at nothing node-wide (only at their own processes and
-# files), so their tests may run on the second CPU beside any other test: policies, simulator, workloads
-# and fuzzing. Every other test goes to one worker as one unit, run one at a time in the suite's order,
-# as a run without xdist would: they start jobs on all CPUs, read timings and check the node for leaks.
-# Tests that run MPI jobs are kept out on purpose: with the plain apps and a calibration beside it, the
-# node unit ran so much slower on 2 CPUs that the suite took longer (1228 s against 1172 s). The unit is
-# made by a scheduler of our own, below: xdist's `--dist loadgroup` renames items through an attribute
-# that pytest 9.2 no longer reads, and its groups fell apart.
-BESIDE = frozenset(
-    f"tests/test_{m}.py"
-    for m in (
-        "config", "fuzz", "hardware_vs_sim", "launcher_batch_units", "lbd", "lint", "metrics",
-        "partition", "policies", "policies_backfill", "policies_config", "policies_reasons", "policies_sa",
-        "policies_shortcuts", "policies_simulate", "sim_runtime_model", "thesis_study",
-        "vmsim_cli", "vmsim_parity", "vmsim_textbook", "workloads_characterize", "workloads_cli",
-        "workloads_generate", "workloads_params", "workloads_plots", "workloads_swf",
-    )
-)  # fmt: skip
-NODE_GROUP = "node"
-assert all((REPO / m).is_file() for m in BESIDE), sorted(m for m in BESIDE if not (REPO / m).is_file())
-
-
-def runs_beside(nodeid: str) -> bool:
-    return nodeid.split("::", 1)[0] in BESIDE
-
-
-@pytest.hookimpl(optionalhook=True)  # an xdist hook, in its controller
-def pytest_xdist_make_scheduler(config, log):  # noqa: ANN001, ANN201
-    from xdist.scheduler import LoadScopeScheduling
-
-    class NodeAndBeside(LoadScopeScheduling):
-        """Each `beside` test is a unit of its own; all the others are one unit, NODE_GROUP."""
-
-        def _split_scope(self, nodeid: str) -> str:
-            return nodeid if runs_beside(nodeid) else NODE_GROUP
-
-    return NodeAndBeside(config, log)
-
-
-@pytest.hookimpl(optionalhook=True)  # an xdist hook
-def pytest_testnodedown(node, error) -> None:  # noqa: ANN001
-    """xdist's controller: add up the fuzz cases its workers counted (see pytest_sessionfinish)."""
-    for kind, n in getattr(node, "workeroutput", {}).get("fuzz_cases", {}).items():
-        FUZZ_CASES[kind] = FUZZ_CASES.get(kind, 0) + n
-
-
 def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:  # noqa: ANN001
     if FUZZ_CASES:
         total = sum(FUZZ_CASES.values())
@@ -159,9 +112,6 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:  # no
 
 
 def pytest_sessionfinish(session, exitstatus) -> None:  # noqa: ANN001
-    if hasattr(session.config, "workeroutput"):  # an xdist worker: its controller adds up and checks
-        session.config.workeroutput["fuzz_cases"] = dict(FUZZ_CASES)
-        return
     if len(FUZZ_CASES) == 6 and sum(FUZZ_CASES.values()) < FUZZ_FLOOR and exitstatus == 0:
         session.exitstatus = 1  # fewer cases than the floor: the fuzzing proved less than it claims
         print(f"\nfuzz: only {sum(FUZZ_CASES.values())} cases, fewer than {FUZZ_FLOOR}")
@@ -203,13 +153,10 @@ SEGMENT_CLEANUP_S = 5.0
 
 
 @pytest.fixture(autouse=True)
-def no_leaked_mpich_segment(request: pytest.FixtureRequest) -> Iterator[None]:
+def no_leaked_mpich_segment() -> Iterator[None]:
     """No MPICH segment that appeared during a test may be left unmapped after it: a job's killed ranks
     leave theirs, and whatever started the job must remove them. (A segment some other work on the
     node makes and still maps is not counted; one it abandons would be: run the suite alone.)"""
-    if runs_beside(request.node.nodeid):  # what appears meanwhile may be a neighbour's (the node unit's)
-        yield
-        return
     before = mpich_segments()
     yield
 
