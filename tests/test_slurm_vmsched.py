@@ -139,6 +139,7 @@ def stopped_processes(*slurm_jobs: int) -> list[int]:
     """Stopped processes of these Slurm jobs (a step's processes carry SLURM_JOB_ID) or of this test's own
     tree: not those of other work on the node, such as a test running beside this one."""
     ours = {p.pid for p in psutil.Process().children(recursive=True)}
+    jobs = {str(j) for j in slurm_jobs}
     stopped = []
     for p in psutil.process_iter(["status"]):
         if p.info["status"] != psutil.STATUS_STOPPED:
@@ -147,7 +148,7 @@ def stopped_processes(*slurm_jobs: int) -> list[int]:
             job = p.environ().get("SLURM_JOB_ID")
         except psutil.Error:
             job = None
-        if p.pid in ours or job in {str(j) for j in slurm_jobs}:
+        if p.pid in ours or job in jobs:
             stopped.append(p.pid)
     return stopped
 

@@ -959,11 +959,11 @@ static int map_slot(const int *map, int r) {
     return w == MPI_UNDEFINED ? -1 : slot_of(w);
 }
 
-int vm_world_rank(MPI_Comm comm, int r) {
-    if (r < 0 || vm.mode != VM_CTL) return -1;
-    if (comm == MPI_COMM_WORLD) return slot_of(r);
+/* A communicator's rank map (size, then each rank's world rank; size 0 for an inter-communicator), kept
+ * as its attribute and made on first use; NULL when it cannot be made. Not for MPI_COMM_WORLD. */
+static int *rank_map(MPI_Comm comm) {
     int *map = NULL, flag = 0, inter = 0, size = 0;
-    if (keyval == MPI_KEYVAL_INVALID) return -1;
+    if (keyval == MPI_KEYVAL_INVALID) return NULL;
     PMPI_Comm_get_attr(comm, keyval, &map, &flag);
     if (!flag) {
         PMPI_Comm_test_inter(comm, &inter);
@@ -973,7 +973,7 @@ int vm_world_rank(MPI_Comm comm, int r) {
             map = malloc(sizeof(int) * ((size_t)size + 1));
             if (!in || !map) {
                 free(in), free(map);
-                return -1;
+                return NULL;
             }
             map[0] = size;
             for (int i = 0; i < size; i++) in[i] = i;
@@ -988,6 +988,13 @@ int vm_world_rank(MPI_Comm comm, int r) {
         }
         PMPI_Comm_set_attr(comm, keyval, map);
     }
+    return map;
+}
+
+int vm_world_rank(MPI_Comm comm, int r) {
+    if (r < 0 || vm.mode != VM_CTL) return -1;
+    if (comm == MPI_COMM_WORLD) return slot_of(r);
+    const int *map = rank_map(comm);
     return map ? map_slot(map, r) : -1;
 }
 
@@ -1156,14 +1163,13 @@ static int any_take(struct anylist *l, MPI_Request req, const int **map) {
     return 1;
 }
 
-/* The rank map of an intra-communicator (made on first use); `*ok` 0 when there is none. */
+/* The rank map an any-source receive on `comm` keeps (NULL: MPI_COMM_WORLD's); `*ok` 0 when there is
+ * none to keep. */
 static const int *comm_map(MPI_Comm comm, int *ok) {
-    int *map = NULL, flag = 0;
     *ok = 1;
     if (comm == MPI_COMM_WORLD) return NULL;
-    vm_world_rank(comm, 0); /* makes the map */
-    if (keyval != MPI_KEYVAL_INVALID) PMPI_Comm_get_attr(comm, keyval, &map, &flag);
-    *ok = flag && map && map[0] > 0;
+    const int *map = rank_map(comm);
+    *ok = map && map[0] > 0;
     return map;
 }
 
