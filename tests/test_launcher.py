@@ -110,7 +110,7 @@ def test_expired_window_abort_requeues_and_the_job_finishes(node_factory):
 
 def test_restart_loses_nothing_and_starts_nothing_twice(node_factory):
     node = node_factory("fcfs/fifo")
-    running = node.submit("-n", "2", "--time", "60s", "--", *send_app(150))
+    running = node.submit("-n", "2", "--time", "60s", "--", *send_app(500))  # 4-7 s: outlives the restart
     node.wait_state(running, ("running",))
     queued = [node.submit("-n", "2", "--time", "60s", "--", *send_app(5)) for _ in range(2)]
     node.launcher.send_signal(signal.SIGKILL)
