@@ -141,10 +141,10 @@ def send_app(iters: int, variant: str = "0x1") -> list[str]:
 def expiring_backfill(node: Node, head_iters: int = 10) -> tuple[int, int, int]:
     """Jobs (a, head, late) on 2 CPUs: `a` holds one CPU, `head` waits for both, `late` is backfilled
     with a 1 s estimate that it far outlives, so its window expires while `head` still waits."""
-    a = node.submit("-n", "1", "--time", "6s", "--", *send_app(60))
+    a = node.submit("-n", "1", "--time", "6s", "--", *send_app(200))  # about 4 s
     node.wait_state(a, ("running",))
     head = node.submit("-n", "2", "--time", "30s", "--", *send_app(head_iters))
-    late = node.submit("-n", "1", "--time", "1s", "--", *send_app(60))
+    late = node.submit("-n", "1", "--time", "1s", "--", *send_app(120))  # about 2.5 s
     return a, head, late
 
 

@@ -83,7 +83,7 @@ def test_two_jobs_sharing_the_node_get_energy_in_proportion_to_their_cpu_seconds
     with Client(node.cfg.launcher_socket) as c:
         e0 = c.call("info")["energy"]
         assert e0["source"] == "model"
-        long = node.submit("-n", "1", "--time", "60s", "--", *send_app(60))
+        long = node.submit("-n", "1", "--time", "60s", "--", *send_app(150))  # start-up (~0.7 CPU-s) included
         short = node.submit("-n", "1", "--time", "60s", "--", *send_app(20))
         acct = node.wait_all_done()
         time.sleep(0.6)  # one more reading of the meter after the last end

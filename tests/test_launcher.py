@@ -76,7 +76,7 @@ def test_fjt_folds_long_jobs_and_shrinks_them_for_short_ones(node_factory):
 
 def test_easy_backfills_without_delaying_the_head(node_factory):
     node = node_factory("fcfs+easy:none/fifo")
-    a = node.submit("-n", "1", "--time", "8s", "--", *send_app(60))  # ~5 s on one CPU
+    a = node.submit("-n", "1", "--time", "8s", "--", *send_app(200))  # about 4 s on one CPU
     node.wait_state(a, ("running",))
     head = node.submit("-n", "2", "--time", "30s", "--", *send_app(10))  # needs both CPUs: waits for a
     small = node.submit("-n", "1", "--time", "2s", "--", *send_app(5))  # ends before a's estimate: backfills
@@ -94,11 +94,11 @@ def test_easy_backfills_without_delaying_the_head(node_factory):
 
 def test_expired_window_abort_requeues_and_the_job_finishes(node_factory):
     node = node_factory("fcfs+easy:abort/fifo")
-    a = node.submit("-n", "1", "--time", "6s", "--", *send_app(60))
+    a = node.submit("-n", "1", "--time", "6s", "--", *send_app(200))  # about 4 s
     node.wait_state(a, ("running",))
     head = node.submit("-n", "2", "--time", "30s", "--", *send_app(10))
     # Its estimate (1 s) is far too short: its window expires while the head still waits.
-    late = node.submit("-n", "1", "--time", "1s", "--", *send_app(60))
+    late = node.submit("-n", "1", "--time", "1s", "--", *send_app(120))
     acct = node.wait_all_done(timeout=240)
     kinds = [e["kind"] for e in node.job(late)["events"]]
     assert "abort" in kinds and "requeue" in kinds, kinds
