@@ -3,7 +3,8 @@ CPUs of the node: 4 ranks on 2 CPUs, 32 on 16) on a fixed local queue, a fixed g
 the LBD (starts global, decides at run time), in one invocation. Target: LBD within 5 % of the better
 fixed choice for each job. The jobs run 6-13 s (this 2-CPU node, 2026-11-27), so that the LBD's
 measuring phase (about half a second on the global queue) is a small part of them, as it is for real
-jobs.
+jobs. Their iteration counts were doubled on 2026-11-28, when the apps stopped faulting their memory in
+again and the old counts ran 2.7-5.8 s.
 
 Workload: `vmsched.apps.send` (class S). The LBD's decision and figures are read from the CPU manager's
 log.
@@ -26,8 +27,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from vmsched.vmruntime.testing import Manager, cpu_list, lbd_decisions, node_cpus, run_to_end, vmrun_cmd  # noqa: E402
 
 JOBS = {
-    "send.50x6": [sys.executable, "-m", "vmsched.apps.send", "-c", "S", "--variant", "50x6", "--iters", "120"],
-    "balanced": [sys.executable, "-m", "vmsched.apps.send", "-c", "S", "--variant", "0x1", "--iters", "450"],
+    "send.50x6": [sys.executable, "-m", "vmsched.apps.send", "-c", "S", "--variant", "50x6", "--iters", "240"],
+    "balanced": [sys.executable, "-m", "vmsched.apps.send", "-c", "S", "--variant", "0x1", "--iters", "900"],
 }
 QUEUES = ("local", "global", "lbd")
 
