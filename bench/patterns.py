@@ -119,11 +119,11 @@ class Program:
 
     def larger(self) -> bool:
         """Move an app to its next class; False for a pattern or an app at its largest class."""
-        classes = list(registry.get_spec(self.name).classes) if self.is_app else []
-        if self.cls not in classes or classes.index(self.cls) + 1 == len(classes):
-            return False
-        self.cls = classes[classes.index(self.cls) + 1]
-        return True
+        classes = registry.get_spec(self.name).classes if self.is_app else ()
+        above = classes[classes.index(self.cls) + 1 :] if self.cls in classes else ()
+        if above:
+            self.cls = above[0]
+        return bool(above)
 
     @property
     def label(self) -> str:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import ctypes
-import ctypes.util
 import sys
 import time
 import traceback
@@ -112,9 +111,7 @@ def keep_freed_memory() -> bool:
     against 1.7 s. Compiled HPC codes allocate their arrays once, so this is also what the apps stand for.
     Returns False where the C library has no mallopt (not glibc): the apps then run as they are.
     """
-    name = ctypes.util.find_library("c")
-    libc = ctypes.CDLL(name) if name else None
-    mallopt = getattr(libc, "mallopt", None)
+    mallopt = getattr(ctypes.CDLL(None), "mallopt", None)  # the C library the process already runs on
     if mallopt is None:
         return False
     return bool(mallopt(M_MMAP_THRESHOLD, KEEP_BYTES)) and bool(mallopt(M_TRIM_THRESHOLD, 4 * KEEP_BYTES))
