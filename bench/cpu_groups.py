@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import signal
 import statistics
 import sys
 import tempfile
@@ -27,7 +26,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from patterns import COMPUTE, PATTERNS, Program, Run, run, scaled, start_compute  # noqa: E402
 
-from vmsched.vmruntime.testing import Manager, compile_c_program, end_job, mpiexec, vmrun_cmd  # noqa: E402
+from vmsched.vmruntime.testing import (  # noqa: E402
+    Manager,
+    compile_c_program,
+    end_job,
+    mpiexec,
+    unwind_on_sigterm,
+    vmrun_cmd,
+)
 
 DEFAULT_PROGRAMS = ("alltoall", "random-pairs", "halo2d", "master-worker", "ring-rev")
 
@@ -47,7 +53,7 @@ def one(prog: Program, way: str, nranks: int, managers: dict[str, Manager]) -> R
 
 
 def main() -> int:
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
+    unwind_on_sigterm()  # the private CPU manager, the jobs and their directories go on SIGTERM too
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--programs", default=",".join(DEFAULT_PROGRAMS), help=f"patterns: {', '.join(PATTERNS)}")
     p.add_argument("--ways", default="default,local", help="vmsched queue ways: default (LBD), local, global")

@@ -28,7 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from vmsched.vmruntime.testing import Manager, mpiexec, selftest_cmd, vmrun_cmd  # noqa: E402
+from vmsched.vmruntime.testing import Manager, mpiexec, selftest_cmd, unwind_on_sigterm, vmrun_cmd  # noqa: E402
 
 WORKLOADS = {
     "send.50x2": selftest_cmd("send", "--variant", "50x2", "--iters", "50", "--work", "5"),
@@ -51,6 +51,7 @@ def run(cmd: list[str], env: dict[str, str] | None = None) -> dict:
 
 
 def main() -> int:
+    unwind_on_sigterm()  # the private CPU manager, the jobs and their directories go on SIGTERM too
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--cpu", type=int, default=1, help="the one CPU both variants run on")

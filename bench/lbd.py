@@ -17,14 +17,21 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import statistics
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from vmsched.vmruntime.testing import Manager, cpu_list, lbd_decisions, node_cpus, run_to_end, vmrun_cmd  # noqa: E402
+from vmsched.vmruntime.testing import (  # noqa: E402
+    Manager,
+    cpu_list,
+    lbd_decisions,
+    node_cpus,
+    run_to_end,
+    unwind_on_sigterm,
+    vmrun_cmd,
+)
 
 JOBS = {
     "send.50x6": [sys.executable, "-m", "vmsched.apps.send", "-c", "S", "--variant", "50x6", "--iters", "240"],
@@ -54,8 +61,7 @@ def run_job(cmd: list[str], env: dict[str, str], what: str) -> str:
 
 
 def main() -> int:
-    # SIGTERM unwinds like Ctrl-C: the jobs, the private CPU manager and its state directory are cleaned up.
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
+    unwind_on_sigterm()  # the private CPU manager, the jobs and their directories go on SIGTERM too
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--reps", type=int, default=2)
     p.add_argument("--cpus", type=int, help="CPUs of the node to use (default: all this process may run on)")

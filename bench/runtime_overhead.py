@@ -24,7 +24,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from vmsched.vmruntime.testing import Manager, compile_c_program, mpiexec, selftest_cmd, vmrun_cmd  # noqa: E402
+from vmsched.vmruntime.testing import Manager, compile_c_program, mpiexec, selftest_cmd, unwind_on_sigterm, vmrun_cmd  # noqa: E402
 
 
 def run(cmd: list[str], env: dict[str, str] | None = None) -> dict:
@@ -46,6 +46,7 @@ def call_cost(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float,
 
 
 def main() -> int:
+    unwind_on_sigterm()  # the private CPU manager, the jobs and their directories go on SIGTERM too
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--reps", type=int, default=7)
     p.add_argument("--iters", type=int, default=10000, help="ping-pong round trips per run")

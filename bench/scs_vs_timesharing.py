@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import statistics
 import subprocess
 import sys
@@ -103,8 +102,7 @@ def vmsched(m: vt.Manager, k: int, laps: int, reverse: bool) -> float:
 
 
 def main() -> int:
-    # SIGTERM unwinds like Ctrl-C: the jobs, the private CPU manager and its state directory are cleaned up.
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
+    vt.unwind_on_sigterm()  # the private CPU manager, the jobs and their directories go on SIGTERM too
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--laps", type=int, default=2000, help="laps to start the calibration from")
     p.add_argument("--reps", type=int, default=2)

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import signal
 import statistics
 import sys
 import tempfile
@@ -46,7 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from patterns import NODE, PATTERNS, Program, Run, folded, parse_shapes, plain, scaled  # noqa: E402
 
-from vmsched.vmruntime.testing import Manager, compile_c_program, cpu_list  # noqa: E402
+from vmsched.vmruntime.testing import Manager, compile_c_program, cpu_list, unwind_on_sigterm  # noqa: E402
 
 DEFAULT_PROGRAMS = ("ring", "ring-rev", "tree", "random-pairs", "alltoall", "master-worker")
 ENV = {"sleep": {"VMRT_YIELD_WAIT_US": "0"}, "yield": {"VMRT_YIELD_WAIT_MAX_AVG_US": "1000000"}}
@@ -66,7 +65,7 @@ def one(way: str, prog: Program, nranks: int, cpus: int, managers: dict[str, Man
 
 
 def main() -> int:
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
+    unwind_on_sigterm()  # the private CPU manager, the jobs and their directories go on SIGTERM too
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--programs", default=",".join(DEFAULT_PROGRAMS), help=f"patterns: {', '.join(PATTERNS)}")
     p.add_argument("--shapes", default="4x2,8x2", help="comma-separated RANKSxCPUS (default 4x2,8x2)")

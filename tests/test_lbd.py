@@ -509,3 +509,34 @@ def test_a_partition_of_one_cpu_is_decided_local_at_once_and_measured_when_it_gr
     # A job measured on two CPUs that shrinks to one goes to local queues at once.
     shrunk = lbd_step(states[-1], [0.0] * 4, None, P, ncpus=1)
     assert shrunk.queue_local and shrunk.one_cpu and shrunk.decisions == 3
+
+
+def test_a_window_with_fewer_calls_than_phases_reads_nothing_and_the_job_stays_global_untried() -> None:
+    """ep on 2 CPUs: ranks 0 and 1 compute to the end holding the tokens, 2 and 3 wait for one; a call
+    per CPU second. Their window reads IP 50 %, which says who holds a token, not balance."""
+    holders = [1.0, 1.0, 0.0, 0.0]
+    states = drive(lambda q: holders, 400, speed=lambda local: 1.0)
+    (q, local), *more = decisions(states)
+    assert not local and not more and q >= P.ip_quanta  # global, where it was: decided only at ip_quanta
+    assert all(s.trial_quanta == 0 and not s.queue_local for s in states)  # never tried on local queues
+    assert states[q].unread  # the manager logs it as why=few_calls
+    # What the rule prevents: without it the window decides at 0.2 s of CPU per rank and tries local queues.
+    old = drive(lambda q: holders, 400, LbdParams(window_min_calls=0), speed=lambda local: 1.0)
+    assert decisions(old)[0] == (decisions(old)[0][0], True) and decisions(old)[0][0] < 60
+    assert max(s.trial_quanta for s in old) > 0
+    # A job that calls MPI often enough is read as before (send.50x6: 9-14 calls per rank in its window).
+    assert decisions(drive(lambda q: [1 / 6, 1.0, 1 / 6, 1.0], 60, speed=lambda local: 60.0))[0][0] < 60
+
+
+def test_a_re_measure_window_with_too_few_calls_keeps_a_local_job_local_untried() -> None:
+    """A balanced job decided local that then computes for seconds between calls: its periodic re-measure
+    window on the global queue has nothing to read, and the job goes back to local queues, untried."""
+    params = LbdParams(remeasure_quanta=150, ip_quanta=60)
+    quantum = iter(range(10**6))
+    speed = lambda local: RING if next(quantum) < 100 else 0.5  # noqa: E731 (one call per quantum)
+    states = drive(lambda q: [0.5] * 4, 400, params, speed=speed)
+    (first, local), (again, kept) = decisions(states)
+    assert local and kept and params.remeasure_quanta <= again - first <= params.remeasure_quanta + 2 * params.ip_quanta
+    assert states[again].trial_quanta == 0 and states[again].queue_local and states[again].unread
+    assert not states[first].unread
+    assert any(s.phase == LBD_STABLE for s in states[first + 1 : again])  # it did go back for a window

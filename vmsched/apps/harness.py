@@ -98,8 +98,8 @@ def _parse(app: str, argv: list[str], rank: int, size: int, add_options: AddOpti
 
 # glibc's mallopt parameters (malloc.h).
 M_TRIM_THRESHOLD = -1
-M_MMAP_THRESHOLD = -3
-KEEP_BYTES = 32 << 20  # glibc's largest mmap threshold on 64-bit
+M_MMAP_MAX = -4
+TRIM_BYTES = 1 << 30  # mallopt takes an int: 1 GiB of free heap top is kept before any goes back
 
 
 def keep_freed_memory() -> bool:
@@ -109,12 +109,17 @@ def keep_freed_memory() -> bool:
     faulted in page by page and unmapped again. The apps spent more time in the kernel than computing:
     ep class S on one rank took 4.4 s, 2.4 s of it system time, and 1.3 s with this setting; send 6.8 s
     against 1.7 s. Compiled HPC codes allocate their arrays once, so this is also what the apps stand for.
-    Returns False where the C library has no mallopt (not glibc): the apps then run as they are.
+    No mmap at all, not just a higher threshold: glibc caps the threshold at 32 MiB, and mg's and ft's
+    class W arrays of 64-128 MiB per rank cost 10-12 s of system time in runs of 9-13 s at 2 ranks
+    (from the heap: 1.6-3.3 s, peak RSS within 5 %). The trim threshold is 1 GiB for the same reason: at
+    128 MiB the freed top of mg's heap went back to the kernel and was faulted in again (4.6-4.9 s of
+    system time, against 1.6-2.7 s). glibc still maps where the heap cannot grow. Returns False where
+    the C library has no mallopt (not glibc): the apps then run as they are.
     """
     mallopt = getattr(ctypes.CDLL(None), "mallopt", None)  # the C library the process already runs on
     if mallopt is None:
         return False
-    return bool(mallopt(M_MMAP_THRESHOLD, KEEP_BYTES)) and bool(mallopt(M_TRIM_THRESHOLD, 4 * KEEP_BYTES))
+    return bool(mallopt(M_MMAP_MAX, 0)) and bool(mallopt(M_TRIM_THRESHOLD, TRIM_BYTES))
 
 
 def main(app: str, kernel: Kernel, add_options: AddOptions | None = None,

@@ -47,6 +47,18 @@ rule: the ring, which reads IP 9-13 % in its first window in one run in three (i
 CPU on the global queue depends on the token's hand-offs as much as on the program) and 0-5 % in the
 next, then reaches local queues after two short windows instead of two of 0.2 s.
 
+Too few calls (ours): a window holds at least `window_min_calls` (4) MPI calls per rank on average, or
+it stays open (to `ip_quanta` quanta at most). A rank that computes between calls keeps its token, so
+over a window shorter than its phases the ranks' CPU times say who held a token, or who was still
+starting up, not whether the job is balanced. ep (one Allreduce at its end), 4 ranks on 2 CPUs, made
+3.7 calls per CPU second in its windows, under one per rank: they read IP 8-12 % in most runs and 23 %
+and 38 % in two of ten, whose reverse trials failed; those two were the slowest runs (0.67 and 0.76 s
+against 0.47-0.59 s, ep.S with default options, 2026-11-28). A window still short of calls at
+`ip_quanta` reads nothing: the job keeps its queue (after a first window the global queue, after a
+periodic re-measure local queues), without a trial, and a re-check window that short starts afresh.
+Jobs that call MPI at all often are not concerned: send.50x6, 50-ms phases, has 9-14 calls per rank in
+its windows.
+
 Local trial (ours): the thesis's premise, balanced -> local queues are faster, does not hold for every
 pattern now that the global queue hands the token to a rank that can make progress: folded onto one
 CPU (where the local queue is plain round robin) a pipeline ran 3.1x slower on local queues
@@ -156,6 +168,7 @@ class LbdParams:
     window_cpu_s: float = 0.2
     window_calls: float = 200.0  # ... or as soon as the ranks made this many MPI calls each in it
     window_min_cpu_s: float = 0.015  # ... and this much CPU time each
+    window_min_calls: float = 4.0  # no window reads IP over fewer MPI calls per rank than this (phases)
     remeasure_quanta: int = 1000
     min_switches: float = 4.0
     busy_switches: float = 50.0
@@ -203,6 +216,7 @@ class LbdState:
     trial_len: int = 0  # quanta the trial lasts: as long as the global window it is compared with
     hold_global: bool = False  # local was measured slower: global until the next periodic re-measure
     one_cpu: bool = False  # decided local because the partition has one CPU (measured afresh when it grows)
+    unread: bool = False  # the last decision kept the queue: its window held too few calls to read
 
     @property
     def queue_local(self) -> bool:
@@ -288,7 +302,7 @@ def _decide(state: LbdState, ip: float | None, local: bool, times: tuple[float, 
                    base_idle=idle if times else None, base_wall=now if times else None, wall_global=wall,
                    against=0, below=0, decisions=state.decisions + 1, since_decision=0, rate_global=rate,
                    rate_local=None, wall_local=None, trial_quanta=1 if trial else 0, trial_base=calls or 0.0,
-                   trial_len=quanta, hold_global=False, band=False)  # fmt: skip
+                   trial_len=quanta, hold_global=False, band=False, unread=False)  # fmt: skip
 
 
 def _trial_due(state: LbdState, params: LbdParams) -> bool:
@@ -409,10 +423,16 @@ def lbd_step(
     mean = sum(used) / len(used)
     per_rank = None if calls is None or state.base_calls is None else (calls - state.base_calls) / len(times)
     enough_calls = per_rank is not None and per_rank >= params.window_calls and mean >= params.window_min_cpu_s
+    # Fewer calls than phases enough to read: ranks computing between calls hold their tokens, and who
+    # holds one is not balance (module docstring: "Too few calls").
+    few_calls = per_rank is not None and per_rank < params.window_min_calls
     if state.phase == LBD_STABLE:
-        if mean < params.window_cpu_s and quanta < params.ip_quanta and not enough_calls:
+        if (mean < params.window_cpu_s or few_calls) and quanta < params.ip_quanta and not enough_calls:
             return replace(state, quanta_stable=quanta, since_decision=since)
         ip = idleness(used)
+        if few_calls:  # ip_quanta and still too few: no reading; the job keeps its queue, untried
+            keep = bool(state.local) and state.decisions > 0
+            return replace(_decide(state, ip, keep, times, None, 0.0, quanta), base_calls=calls, unread=True)
         # The first decision: the plain threshold; a periodic re-measure of a local job: it stays local
         # unless clearly imbalanced now.
         cut = params.threshold if state.decisions == 0 or not state.local else params.threshold + params.hysteresis
@@ -426,7 +446,10 @@ def lbd_step(
             decided = _decide(state, ip, False, times, calls, sum(used), quanta, idle, now)
         return replace(decided, short_phases=enough_calls and mean < params.window_cpu_s)
     # Decided, global queue: keep measuring; move to local queues only on clear, repeated evidence.
-    if mean < params.recheck_cpu_s and not enough_calls:
+    if (mean < params.recheck_cpu_s or few_calls) and not enough_calls:
+        if few_calls and quanta >= params.ip_quanta:  # no reading in this long: start the next window
+            return replace(state, base_user=times, base_calls=calls, base_idle=idle, base_wall=now, quanta_stable=0,
+                           since_decision=since)  # fmt: skip
         return replace(state, quanta_stable=quanta, since_decision=since)
     ip = idleness(used)
     # Windows inside the band (threshold - hysteresis <= IP < threshold) neither count nor reset: a

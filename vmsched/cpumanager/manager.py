@@ -503,7 +503,8 @@ class CpuManager:
         if new.decisions > state.decisions:
             event(log, "lbd_decision", job=j.job_id, cvcs=round(new.cvcs or 0, 4), ip=round(new.ip or 0, 4),
                   queue="local" if new.local else "global", decision=new.decisions,
-                  why="one_cpu" if new.one_cpu else "local_slower" if not new.local and new.rate_local is not None
+                  why="one_cpu" if new.one_cpu else "few_calls" if new.unread
+                  else "local_slower" if not new.local and new.rate_local is not None
                   else "reverse_trial" if new.reverse else "band_trial" if new.band else "idleness",
                   calls_per_cpu_s_global=round(new.rate_global or 0, 1),
                   calls_per_cpu_s_local=round(new.rate_local or 0, 1), calls_per_s_global=round(new.wall_global or 0),

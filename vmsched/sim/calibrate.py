@@ -2,7 +2,10 @@
 
 The committed vmsched/sim/runtime_model.json was made, from the repository root, by
 
-    vmsim-calibrate --out vmsched/sim/runtime_model.json
+    vmsim-calibrate --reps 6 --out vmsched/sim/runtime_model.json
+
+(six runs per cell rather than three: on 2026-11-28 two calibrations of --reps 3 moved single curve points
+by up to 0.15, the runs of one cell spreading by up to 1.6x; docs/vmsim.md, "Runtime model").
 
 It starts a private CPU manager that owns P CPUs (default P = 2) and runs each app, for real, with
 vmrun at N = P·m ranks and max MPL m for m in 1, 2, 4, on a fixed local and a fixed global queue (the
@@ -43,12 +46,13 @@ from vmsched.apps import registry
 from vmsched.apps.result import parse_result
 from vmsched.config import format_cpu_list
 from vmsched.sim.runtime_model import DEFAULT_PATH, FORMAT, MPL_POINTS, QUEUES, Measurement, RuntimeModel, fit
-from vmsched.vmruntime.testing import Manager, end_job, vmrun_cmd
+from vmsched.vmruntime.testing import Manager, end_job, unwind_on_sigterm, vmrun_cmd
 
 # App -> (class for a full calibration, class for --quick). Full classes run >= 1 s at MPL 1 with 2
-# ranks on this node (ep/mg/ft S about 1.0-1.1 s, cg W 4.5 s, sweep W 6.5 s: their S runs take 0.2-0.6 s).
+# ranks on this node (2026-11-28, the apps keeping their freed memory: ep W 5.3 s, mg/ft S 1.1-1.7 s,
+# cg W 3.9-4.1 s, sweep W about 6 s; ep S 0.6-0.8 s and the S runs of cg and sweep 0.3-1.0 s).
 APP_CLASSES: dict[str, tuple[str, str]] = {
-    "ep": ("S", "S"), "mg": ("S", "S"), "ft": ("S", "S"), "cg": ("W", "S"), "sweep": ("W", "S"),
+    "ep": ("W", "S"), "mg": ("S", "S"), "ft": ("S", "S"), "cg": ("W", "S"), "sweep": ("W", "S"),
     "send": ("S", "S"),
 }  # fmt: skip
 NOT_CALIBRATED = {
@@ -322,6 +326,7 @@ def curve_table(model: RuntimeModel) -> Table:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
+    unwind_on_sigterm()  # or a SIGTERM leaves the private CPU manager running
     console = Console(stderr=True)
     command = shlex.join(["vmsim-calibrate", *argv])
     date = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
@@ -334,6 +339,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         console.print("vmsim-calibrate: interrupted, nothing written")
         return 130
+    except SystemExit:
+        console.print("vmsim-calibrate: stopped, nothing written")
+        raise
     model = fit((Measurement.from_dict(r) for r in runs), command, date, cpu_model())
     text = json.dumps(document(model, runs, discarded, args, time.monotonic() - t0), indent=1) + "\n"
     warnings = run_warnings(runs, args.quick)

@@ -153,6 +153,14 @@ class Manager:
                 self._tmp.cleanup()
 
 
+def unwind_on_sigterm() -> None:
+    """Make SIGTERM unwind like Ctrl-C (SystemExit 143), so that every `with Manager()`, `finally` and
+    end_job runs: the private CPU manager, the jobs and the state directories go with the tool. By
+    default a SIGTERM ends the process at once and its CPU manager outlives it (vmsim-calibrate did,
+    2026-11-28). For the benchmarks' and vmsim-calibrate's main()."""
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
+
+
 def vmrun_cmd(state_dir: Path, nranks: int, max_mpl: int, command: list[str], queue: str | None = None,
               heuristic: str | None = None, job_id: int | None = None,
               spin_us: int | None = None) -> list[str]:  # fmt: skip
