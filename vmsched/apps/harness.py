@@ -112,7 +112,7 @@ def keep_freed_memory() -> bool:
     No mmap at all, not just a higher threshold: glibc caps the threshold at 32 MiB, and mg's and ft's
     class W arrays of 64-128 MiB per rank cost 10-12 s of system time in runs of 9-13 s at 2 ranks
     (from the heap: 1.6-3.3 s, peak RSS within 5 %). The trim threshold is 1 GiB for the same reason: at
-    128 MiB the freed top of mg's heap went back to the kernel and was faulted in again (4.6-4.9 s of
+    128 MiB the freed top of mg's heap went back to the kernel and was faulted in again (4.4-6.6 s of
     system time, against 1.6-2.7 s). glibc still maps where the heap cannot grow. Returns False where
     the C library has no mallopt (not glibc): the apps then run as they are.
     """
