@@ -374,6 +374,14 @@ def _trial(state: LbdState, calls: float, times: Sequence[float] | None, since: 
                    band=False)  # fmt: skip
 
 
+def _next_window(state: LbdState, times: tuple[float, ...], calls: float | None, idle: float | None,
+                 now: float | None, since: int, **more: object) -> LbdState:  # fmt: skip
+    """A window opens at this read: its bases are the ranks' CPU times, their calls, the partition's idle
+    time and the time now."""
+    return replace(state, base_user=times, base_calls=calls, base_idle=idle, base_wall=now, quanta_stable=0,
+                   since_decision=since, **more)  # fmt: skip
+
+
 def lbd_step(
     state: LbdState,
     switches: Sequence[float],
@@ -416,8 +424,7 @@ def lbd_step(
         return replace(state, quanta_stable=state.quanta_stable + 1, since_decision=since)
     times = tuple(user_times)
     if not state.base_user or len(state.base_user) != len(times):
-        return replace(state, base_user=times, base_calls=calls, base_idle=idle, base_wall=now, quanta_stable=0,
-                       since_decision=since)  # fmt: skip
+        return _next_window(state, times, calls, idle, now, since)
     quanta = state.quanta_stable + 1
     used = [max(0.0, u - b) for u, b in zip(times, state.base_user, strict=True)]
     mean = sum(used) / len(used)
@@ -448,8 +455,7 @@ def lbd_step(
     # Decided, global queue: keep measuring; move to local queues only on clear, repeated evidence.
     if (mean < params.recheck_cpu_s or few_calls) and not enough_calls:
         if few_calls and quanta >= params.ip_quanta:  # no reading in this long: start the next window
-            return replace(state, base_user=times, base_calls=calls, base_idle=idle, base_wall=now, quanta_stable=0,
-                           since_decision=since)  # fmt: skip
+            return _next_window(state, times, calls, idle, now, since)
         return replace(state, quanta_stable=quanta, since_decision=since)
     ip = idleness(used)
     # Windows inside the band (threshold - hysteresis <= IP < threshold) neither count nor reset: a
@@ -466,5 +472,4 @@ def lbd_step(
         decided = _decide(state, ip, True, times, calls, sum(used), quanta, idle, now)
         if decided.trial_quanta:
             return replace(decided, band=True)
-    return replace(state, ip=ip, base_user=times, base_calls=calls, base_idle=idle, base_wall=now, quanta_stable=0,
-                   against=against, below=below, since_decision=since)  # fmt: skip
+    return _next_window(state, times, calls, idle, now, since, ip=ip, against=against, below=below)
