@@ -520,6 +520,9 @@ def test_a_window_with_fewer_calls_than_phases_reads_nothing_and_the_job_stays_g
     assert not local and not more and q >= P.ip_quanta  # global, where it was: decided only at ip_quanta
     assert all(s.trial_quanta == 0 and not s.queue_local for s in states)  # never tried on local queues
     assert states[q].unread  # the manager logs it as why=few_calls
+    # The next window opens at that read, idle time and clock included (a trial it leads to counts both).
+    timed = drive(lambda q: holders, 400, speed=lambda local: 1.0, idle=lambda local: 0.0, clock=True)
+    assert timed[q].base_idle is not None and timed[q].base_wall == pytest.approx((q + 1) * Q)
     # What the rule prevents: without it the window decides at 0.2 s of CPU per rank and tries local queues.
     old = drive(lambda q: holders, 400, LbdParams(window_min_calls=0), speed=lambda local: 1.0)
     assert decisions(old)[0] == (decisions(old)[0][0], True) and decisions(old)[0][0] < 60

@@ -439,7 +439,9 @@ def lbd_step(
         ip = idleness(used)
         if few_calls:  # ip_quanta and still too few: no reading; the job keeps its queue, untried
             keep = bool(state.local) and state.decisions > 0
-            return replace(_decide(state, ip, keep, times, None, 0.0, quanta), base_calls=calls, unread=True)
+            # No calls given to _decide: no rate, so no trial; the next window's bases are this read's.
+            decided = _decide(state, ip, keep, times, None, 0.0, quanta, idle, now)
+            return replace(decided, base_calls=calls, unread=True)
         # The first decision: the plain threshold; a periodic re-measure of a local job: it stays local
         # unless clearly imbalanced now.
         cut = params.threshold if state.decisions == 0 or not state.local else params.threshold + params.hysteresis
