@@ -54,7 +54,8 @@ def test_fjt_folds_long_jobs_and_shrinks_them_for_short_ones(node_factory):
     short1 = node.submit("-n", "1", "--class", "short", "--time", "60s", "--", *send_app(40))
     node.wait_state(short1, ("running",))
     # Only a short job runs: the long job starts folded (max MPL 4) on the one free CPU ...
-    long = node.submit("-n", "2", "--class", "long", "--time", "10m", "--", *send_app(160))
+    # Long enough to outlast short2 and expand again after it (160 iterations ended first once, 2026-11-28).
+    long = node.submit("-n", "2", "--class", "long", "--time", "10m", "--", *send_app(400))
     started = node.wait_state(long, ("running",))
     assert started["cur_max_mpl"] == 4
     wait_for(lambda: partition_sizes(node, long)[:1] == [1], interval=0.05, what="the long job on one CPU")
