@@ -16,12 +16,16 @@ from pathlib import Path
 import psutil
 import pytest
 
+from tests.conftest import REPO
 from vmsched.protocol import ProtocolError
 from vmsched.vmruntime.shmclean import shm_segments
 from vmsched.vmruntime.testing import (
     Manager,
+    compile_c_program,
     descendants,
     end_job,
+    job_ranks,
+    node_table,
     rank_pids,
     read_stats,
     sample,
@@ -218,3 +222,46 @@ def test_job_that_ignores_the_signal_is_killed_after_the_grace_period(manager: M
     time.sleep(0.2)
     assert_nothing_left(proc, kids)  # not even zombies: hydra reaped its ranks
     assert manager.status()["jobs"] == []
+
+
+def test_processes_started_by_comm_spawn_leave_the_jobs_slots_alone_and_stay_on_its_cpus(
+    manager: Manager, tmp_path: Path
+) -> None:
+    """tests/c/spawn.c: a job of 4 ranks on one CPU (a sibling job holds the other) spawns 4 workers of
+    its own program, which pass a token round a ring of their own and send their sum back. A worker's
+    MPI_COMM_WORLD has the job's size, so worker r registered in slot r, over the rank that held it: the
+    CPU manager then tracked the worker and lost the rank, and the workers ran on every CPU of the node.
+    Spawned processes now run unfolded, as plain MPI pinned to the job's CPUs, and say so."""
+    exe = compile_c_program(REPO / "tests" / "c" / "spawn.c", tmp_path)
+    job = 61
+    with manager.client() as c:
+        c.admit(SIBLING, 1, 1, queue="local")
+    proc = subprocess.Popen(vmrun_cmd(manager.state_dir, 4, 4, [str(exe), "4", "300"], queue="local", job_id=job),
+                            env=manager.env(), text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+    slots: dict[int, set[int]] = {}
+    programs: dict[int, tuple[int, ...]] = {}  # pid of every process of the program seen -> its affinity
+    partition: tuple[int, ...] = ()
+    try:
+        deadline = time.monotonic() + 60
+        while proc.poll() is None and time.monotonic() < deadline:
+            with contextlib.suppress(ValueError, OSError):  # the job's entry comes and goes with it
+                for e in job_ranks(manager.cfg.shm_name, job):
+                    slots.setdefault(e.rank, set()).add(e.pid)
+                j = next(j for j in node_table(manager.cfg.shm_name).jobs if j.job_id == job and j.state)
+                partition = tuple(sorted(j.cpus[: j.ncpus]))
+            for p in descendants(proc.pid):
+                with contextlib.suppress(psutil.Error):
+                    if p.exe() == str(exe):
+                        programs[p.pid] = tuple(sorted(p.cpu_affinity()))
+            time.sleep(0.005)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        end_job(proc)
+    assert proc.returncode == 0 and json.loads(out) == {"ok": True, "workers": 4, "rounds": 300}, err[-2000:]
+    assert "MPI_Comm_spawn" in err
+    owners = {r: pids - {0} for r, pids in slots.items()}
+    assert sorted(owners) == [0, 1, 2, 3] and all(len(p) == 1 for p in owners.values()), owners
+    ranks = set().union(*owners.values())
+    workers = {pid: aff for pid, aff in programs.items() if pid not in ranks}
+    assert len(partition) == 1 and len(workers) == 4, (partition, programs, owners)
+    assert all(aff == partition for aff in workers.values()), (partition, workers)

@@ -1458,6 +1458,20 @@ void vm_init(void) {
             j = &vm.seg->jobs[i], job_slot = i;
             break;
         }
+    MPI_Comm parent = MPI_COMM_NULL;
+    PMPI_Comm_get_parent(&parent);
+    if (j && parent != MPI_COMM_NULL) {
+        /* Started by MPI_Comm_spawn: its MPI_COMM_WORLD is not the job's, and the job's slots are the
+         * ranks mpiexec started (spawned as many as the job has, worker r took slot r over, and the
+         * manager lost the rank that held it: tests/c/spawn.c). It runs unfolded, on the job's CPUs as
+         * they are now, not on the rest of the node; the manager does not follow it when they change. */
+        int n = j->ncpus < 0 ? 0 : j->ncpus > VM_MAX_CPUS ? VM_MAX_CPUS : j->ncpus;
+        pin_to(j->cpus, n);
+        if (vm.rank == 0)
+            fprintf(stderr, "vmrt: job %d: processes started by MPI_Comm_spawn run unfolded, as plain MPI on the "
+                            "job's CPUs\n", (int)vm.job_id);
+        return;
+    }
     const char *pn = getenv("VMSCHED_PER_NODE");
     per_node = pn && !strcmp(pn, "1");
     if (!j || (per_node ? j->nranks > vm.nranks : j->nranks != vm.nranks)) {
