@@ -25,8 +25,8 @@ Each case runs at least --min-s seconds folded: the run with default options is 
 iteration count scaled until it takes MARGIN times that (an app moves to its next class while its run is
 shorter): runs of one way spread by 1.5-2.6x on this node, around the first as often as under it; every
 way then runs the same count. A case whose default runs still had a median under --min-s is marked
-`short` (JSON: `default_median_s_min`). Every
-result is checked: the program's own verdict, and its checksum equal to that of the plain taskset run.
+`short` (JSON: `default_median_s_min`). Every result is checked: the program's own verdict, and its
+checksum equal to that of the plain taskset run.
 Figures per row: default / best of the vmsched ways, default / taskset, timesharing / default, each from
 the median of --reps runs per way. A plain run that takes CAP_FACTOR times as long as the default one
 (at least CAP_MIN_S) is stopped and counted as that long: its ratios are bounds, marked > or <, and the
@@ -302,12 +302,12 @@ def main() -> int:
                                 continue
                             runs.setdefault(way, []).append(plain(prog, nranks, cpus, way, cap) if way in PLAIN_WAYS
                                                             else folded(m, prog, nranks, cpus, way))  # fmt: skip
-                    rows.append(make_row(prog, nranks, cpus, args.reps, runs) | {"min_s": args.min_s})
+                    rows.append(make_row(prog, nranks, cpus, args.reps, runs, args.min_s))
                     print_row(rows[-1], flush=True)
     return report(rows, args.plot)
 
 
-def make_row(prog: Program, nranks: int, cpus: int, reps: int, runs: dict[str, list[Run]]) -> dict:
+def make_row(prog: Program, nranks: int, cpus: int, reps: int, runs: dict[str, list[Run]], min_s: float) -> dict:
     """One case: median seconds per way, the ways that were stopped at the cap, and the ways whose result
     was not the program's or differed from the reference: the plain taskset run, or when that was
     stopped the first plain run that ended, or when none did the default run (the vmsched ways must
@@ -315,7 +315,7 @@ def make_row(prog: Program, nranks: int, cpus: int, reps: int, runs: dict[str, l
     ended = [w for w in ("taskset", *PLAIN_WAYS) if w in runs and not runs[w][0].capped]
     ref = runs[ended[0]][0] if ended else runs["default"][0]
     bad = sorted({w for w, rs in runs.items() for r in rs if not r.capped and (not r.ok or r.checksum != ref.checksum)})
-    return {"program": prog.label, "ranks": nranks, "cpus": cpus, "iters": prog.iters, "reps": reps,
+    return {"program": prog.label, "ranks": nranks, "cpus": cpus, "iters": prog.iters, "reps": reps, "min_s": min_s,
             "seconds": {w: round(statistics.median(r.seconds for r in rs), 4) for w, rs in runs.items()},
             "range": {w: [round(min(r.seconds for r in rs), 4), round(max(r.seconds for r in rs), 4)]
                       for w, rs in runs.items()},
@@ -365,7 +365,7 @@ def print_row(row: dict, flush: bool = False) -> None:
     ts = f"{mark['timesharing']}{r['timesharing_vs_default']:5.2f}" if "timesharing_vs_default" in r else "     -"
     dt = f"{'<' if 'taskset' in capped else ' '}{r['default_vs_taskset']:5.2f}"
     note = f" (stopped at the cap: {','.join(capped)}; reference {row['reference']})" if capped else ""
-    if s["default"] < row.get("min_s", 0):  # the node ran faster than at the calibration
+    if s["default"] < row["min_s"]:  # the node ran faster than at the calibration
         note += f" short: default's median under {row['min_s']:g} s"
     print(f"{row['program']:<14} {row['ranks']}x{row['cpus']} {s['default']:8.3f} {best:>10} {s[best]:8.3f} "
           f"{r['default_vs_best']:6.2f} {mark['taskset']}{s['taskset']:7.3f} {dt} {ts}  "

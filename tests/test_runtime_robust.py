@@ -247,8 +247,8 @@ def test_processes_started_by_comm_spawn_leave_the_jobs_slots_alone_and_stay_on_
             with contextlib.suppress(ValueError, OSError):  # the job's entry comes and goes with it
                 for e in job_ranks(manager.cfg.shm_name, job):
                     slots.setdefault(e.rank, set()).add(e.pid)
-                j = next(j for j in node_table(manager.cfg.shm_name).jobs if j.job_id == job and j.state)
-                partition = tuple(sorted(j.cpus[: j.ncpus]))
+                j = next((j for j in node_table(manager.cfg.shm_name).jobs if j.job_id == job and j.state), None)
+                partition = tuple(sorted(j.cpus[: j.ncpus])) if j is not None else partition
             for p in descendants(proc.pid):
                 with contextlib.suppress(psutil.Error):
                     if p.exe() == str(exe):
