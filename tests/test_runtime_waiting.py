@@ -191,6 +191,25 @@ def test_a_receiver_whose_message_was_not_counted_is_not_passed_over_for_good(ma
 
 
 @pytest.mark.parametrize("queue", ["local", "global"])
+def test_a_receive_the_counters_cannot_see_is_never_judged_starved(manager, tmp_path, queue):
+    """Rank 1's receive over an inter-communicator (tests/c/uncounted.c) is one no counted message can
+    match: nothing counted was sent to it, yet its message may have come. Judged starved, it is passed
+    over (local queues) and, now that the global queue frees a token only starved ranks could take
+    (libvmrt.c, choose_next), reached there only by the every-8th round-robin hand-off. Such a wait is
+    opaque: no hand-off of the run goes to a rank judged starved. Blocking receives, Sendrecv, Probe,
+    Mprobe and Mrecv marked every wait a receive: 1 such hand-off in each of 12 runs (both queues), where
+    rank 1 entered its receive before rank 0 had sent; in most rounds its message was there first."""
+    exe = compile_c_program(REPO / "tests" / "c" / "uncounted.c", tmp_path)
+    stats = tmp_path / "stats.jsonl"
+    got = run_folded(manager, exe, 2000, queue, VMRT_YIELD_WAIT_US="0", VMRT_STATS=str(stats))
+    assert got == {"ok": True, "rounds": 2000}
+    ranks = read_stats(stats)
+    assert len(ranks) == 4 and all(s["mode"] == "ctl" for s in ranks), ranks
+    assert sum(s["ctx_switches"] for s in ranks) > 2000, ranks  # the token did change hands
+    assert sum(s["starved_handoffs"] for s in ranks) == 0, ranks
+
+
+@pytest.mark.parametrize("queue", ["local", "global"])
 def test_receives_no_counted_message_can_match_leave_the_counts_alone(manager, tmp_path, queue):
     """Receives from MPI_PROC_NULL and over an inter-communicator (nonblocking, blocking, persistent,
     Sendrecv, and matched probes: Mprobe + Mrecv, Improbe + Imrecv) complete without a message the

@@ -31,7 +31,7 @@ static int pending_source(const MPI_Request *reqs, int n) {
 /* Whether a pending request among them is a tracked receive. */
 static int pending_recv(const MPI_Request *reqs, int n) {
     for (int i = 0; i < n && vm.ntracked; i++)
-        if (reqs[i] != MPI_REQUEST_NULL && vm_track_peek(reqs[i]) > -2) return 1;
+        if (reqs[i] != MPI_REQUEST_NULL && vm_counted_peer(vm_track_peek(reqs[i]))) return 1;
     return 0;
 }
 
@@ -223,7 +223,7 @@ static void counted_recv(MPI_Comm comm, int src) {
         MPI_Request rq;                                                                                \
         int rc = PMPI_##INAME(buf, count, dt, src, tag, comm, &rq);                                    \
         if (rc != MPI_SUCCESS) return rc;                                                              \
-        rc = wait1(&rq, s, vm_world_rank(comm, src), 1);                                               \
+        rc = wait1(&rq, s, vm_world_rank(comm, src), vm_counted_peer(vm_recv_peer(comm, src)));          \
         if (rc == MPI_SUCCESS) counted_recv(comm, s->MPI_SOURCE);                                      \
         return rc;                                                                                     \
     }
@@ -245,13 +245,13 @@ NONBLOCKING_RECV(Irecv_c, MPI_Count)
 
 /* Complete a receive and a send (a Sendrecv) by testing both, yielding the CPU between tests; the
  * receive's status goes to `st`. */
-static int wait_pair(MPI_Request rq[2], MPI_Status *st, int waiting_for) {
+static int wait_pair(MPI_Request rq[2], MPI_Status *st, int waiting_for, int recv) {
     MPI_Status sts[2];
     int flag = 0, rc = PMPI_Testall(2, rq, &flag, sts);
     if (rc == MPI_SUCCESS && !flag) {
         vm.me->blocking_calls++;
         vm.wait.blocked = 1;
-        vm.wait.recv = 1;
+        vm.wait.recv = recv;
         for (;;) {
             vm_idle(waiting_for, &vm.wait.t0);
             if (!CTL) {
@@ -288,7 +288,7 @@ static int wait_pair(MPI_Request rq[2], MPI_Status *st, int waiting_for) {
             PMPI_Request_free(&rq[0]);                                                                 \
             return rc;                                                                                 \
         }                                                                                              \
-        rc = wait_pair(rq, s, vm_world_rank(comm, src));                                               \
+        rc = wait_pair(rq, s, vm_world_rank(comm, src), vm_counted_peer(vm_recv_peer(comm, src)));      \
         if (rc == MPI_SUCCESS) counted_recv(comm, s->MPI_SOURCE);                                      \
         return rc;                                                                                     \
     }
@@ -307,7 +307,7 @@ SENDRECV(Sendrecv_c, Irecv_c, Isend_c, MPI_Count)
         vm_count_send(w);                                                                              \
         int rc = sent(w, PMPI_##INAME(buf, count, dt, dest, stag, src, rtag, comm, &rq));              \
         if (rc != MPI_SUCCESS) return rc;                                                              \
-        rc = wait1(&rq, s, vm_world_rank(comm, src), 1);                                               \
+        rc = wait1(&rq, s, vm_world_rank(comm, src), vm_counted_peer(vm_recv_peer(comm, src)));          \
         if (rc == MPI_SUCCESS) counted_recv(comm, s->MPI_SOURCE);                                      \
         return rc;                                                                                     \
     }
@@ -361,7 +361,7 @@ int MPI_Probe(int src, int tag, MPI_Comm comm, MPI_Status *st) {
     vm.me->blocking_calls++;
     int w = vm_world_rank(comm, src);
     vm.wait.blocked = 1;
-    vm.wait.recv = 1;
+    vm.wait.recv = vm_counted_peer(vm_recv_peer(comm, src));
     for (;;) {
         vm_idle(w, &vm.wait.t0);
         if (!CTL) return PMPI_Probe(src, tag, comm, st);
@@ -423,7 +423,7 @@ int MPI_Mprobe(int src, int tag, MPI_Comm comm, MPI_Message *msg, MPI_Status *st
     vm.me->blocking_calls++;
     int w = vm_world_rank(comm, src);
     vm.wait.blocked = 1;
-    vm.wait.recv = 1;
+    vm.wait.recv = vm_counted_peer(vm_recv_peer(comm, src));
     for (;;) {
         vm_idle(w, &vm.wait.t0);
         if (!CTL) return PMPI_Mprobe(src, tag, comm, msg, st);
@@ -456,7 +456,7 @@ int MPI_Improbe(int src, int tag, MPI_Comm comm, int *flag, MPI_Message *msg, MP
         MPI_Request rq;                                                                                \
         int rc = PMPI_##INAME(buf, count, dt, msg, &rq);                                               \
         if (rc != MPI_SUCCESS) return rc;                                                              \
-        rc = wait1(&rq, s, from == VM_UNCOUNTED ? -1 : from, 1);                                       \
+        rc = wait1(&rq, s, from == VM_UNCOUNTED ? -1 : from, vm_counted_peer(from));                   \
         if (rc == MPI_SUCCESS && from != VM_UNCOUNTED) vm_count_recv(from);                            \
         return rc;                                                                                     \
     }
