@@ -196,9 +196,10 @@ def test_a_receive_the_counters_cannot_see_is_never_judged_starved(manager, tmp_
     match: nothing counted was sent to it, yet its message may have come. Judged starved, it is passed
     over (local queues) and, now that the global queue frees a token only starved ranks could take
     (libvmrt.c, choose_next), reached there only by the every-8th round-robin hand-off. Such a wait is
-    opaque: no hand-off of the run goes to a rank judged starved. Blocking receives, Sendrecv, Probe,
-    Mprobe and Mrecv marked every wait a receive: 1 such hand-off in each of 12 runs (both queues), where
-    rank 1 entered its receive before rank 0 had sent; in most rounds its message was there first."""
+    not a receive to the counters: no hand-off of the run goes to a rank judged starved. Blocking
+    receives, Sendrecv, Probe, Mprobe and Mrecv marked every wait a receive: 1 such hand-off in each of
+    12 runs (both queues), where rank 1 entered its receive before rank 0 had sent; in most rounds its
+    message was there first."""
     exe = compile_c_program(REPO / "tests" / "c" / "uncounted.c", tmp_path)
     stats = tmp_path / "stats.jsonl"
     got = run_folded(manager, exe, 2000, queue, VMRT_YIELD_WAIT_US="0", VMRT_STATS=str(stats))

@@ -95,7 +95,8 @@ int vm_world_rank(MPI_Comm comm, int r);
 #define VM_UNCOUNTED (-2)
 int vm_recv_peer(MPI_Comm comm, int src);
 /* Whether the counters see every message a receive from `peer` (vm_recv_peer's answer) may take: if not,
- * its wait is opaque, never "starved" (nothing counted was sent to it, but a message may have come). */
+ * its wait is not a receive to the counters, never "starved" (nothing counted was sent to it, but a
+ * message may have come). */
 int vm_counted_peer(int peer);
 void vm_count_send(int world_dest);
 void vm_uncount_send(int world_dest);
