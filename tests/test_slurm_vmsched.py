@@ -62,8 +62,16 @@ def mpiexec_app(app: str, cls: str, n: int = 4) -> str:
 
 def finished(v: VmschedCluster, *jobs: int, timeout: float = 150) -> None:
     ids = ",".join(map(str, jobs))
-    wait_for(lambda: not v.cluster.run("squeue", "-h", "-j", ids, check=False).stdout.strip(), timeout=timeout,
-             interval=0.2, what=f"Slurm jobs {ids} to end")  # fmt: skip
+    try:
+        wait_for(lambda: not v.cluster.run("squeue", "-h", "-j", ids, check=False).stdout.strip(), timeout=timeout,
+                 interval=0.2, what=f"Slurm jobs {ids} to end")  # fmt: skip
+    except pytest.fail.Exception:
+        # Seen once in 29 runs of the suite (2026-11-28): say where the jobs stood, for the next time.
+        queue = v.cluster.run("squeue", "-h", "-j", ids, check=False).stdout
+        nodes = {n: v.cluster.run(str(BIN / "vmcpu"), "--json", "--state-dir", str(m.state_dir), check=False).stdout
+                 for n, m in v.managers.items()}  # fmt: skip
+        outs = {p.name: p.read_text(errors="replace")[-1500:] for p in sorted(v.cluster.root.glob("*.out"))}
+        pytest.fail(f"Slurm jobs {ids} did not end in {timeout} s\nsqueue: {queue}\nvmcpu: {nodes}\noutputs: {outs}")
 
 
 def result(v: VmschedCluster, name: str) -> dict:
