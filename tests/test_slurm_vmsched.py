@@ -66,7 +66,7 @@ def finished(v: VmschedCluster, *jobs: int, timeout: float = 150) -> None:
         wait_for(lambda: not v.cluster.run("squeue", "-h", "-j", ids, check=False).stdout.strip(), timeout=timeout,
                  interval=0.2, what=f"Slurm jobs {ids} to end")  # fmt: skip
     except pytest.fail.Exception:
-        # Seen once in 29 runs of the suite (2026-11-28): say where the jobs stood, for the next time.
+        # Seen once in the 27 runs of the suite logged on 2026-11-28: say where the jobs stood, next time.
         queue = v.cluster.run("squeue", "-h", "-j", ids, check=False).stdout
         nodes = {n: v.cluster.run(str(BIN / "vmcpu"), "--json", "--state-dir", str(m.state_dir), check=False).stdout
                  for n, m in v.managers.items()}  # fmt: skip
