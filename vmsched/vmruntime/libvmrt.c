@@ -372,27 +372,14 @@ static int next_local(int t, int after, int exclude, int pass_starved) {
     return first;
 }
 
-static int next_rr(int exclude) {
+/* Round robin among the waiting ranks; `fed`: only those not starved (a collective, a send, a poll: the
+ * counters cannot tell whether they may go on). */
+static int next_rr(int exclude, int fed) {
     int start = vm.rt->rt.rt_next;
     if (start < 0 || start >= vm.nranks) start = 0;
     for (int k = 0; k < vm.nranks; k++) {
         int c = (start + k) % vm.nranks;
-        if (c != exclude && is_waiting(c)) {
-            vm.rt->rt.rt_next = (c + 1) % vm.nranks;
-            return c;
-        }
-    }
-    return -1;
-}
-
-/* Round robin among the waiting ranks that are not starved (a collective, a send, a poll: the counters
- * cannot tell whether they may go on). */
-static int next_rr_fed(int exclude) {
-    int start = vm.rt->rt.rt_next;
-    if (start < 0 || start >= vm.nranks) start = 0;
-    for (int k = 0; k < vm.nranks; k++) {
-        int c = (start + k) % vm.nranks;
-        if (c != exclude && is_waiting(c) && !is_starved(c)) {
+        if (c != exclude && is_waiting(c) && !(fed && is_starved(c))) {
             vm.rt->rt.rt_next = (c + 1) % vm.nranks;
             return c;
         }
@@ -470,7 +457,7 @@ static int choose_next(int t, int waiting_for) {
      * halo2d 1.22x, tree 1.13x. Round robin keeps every stage of a pipeline moving. */
     if (vm.job->queue == VM_QUEUE_LOCAL)
         return next_local(t, me, me, skip_starved && !rr_turn);
-    if (rr_turn) return next_rr(me);
+    if (rr_turn) return next_rr(me, 0);
     switch (vm.job->heuristic) {
     case VM_HEUR_PROGRESS:
         /* The rank we wait for, if it can go on; else a rank that can; else the one we wait for unless
@@ -487,7 +474,7 @@ static int choose_next(int t, int waiting_for) {
             !(free_starved && is_starved(waiting_for)))
             c = waiting_for;
         if (c < 0 && free_starved) {
-            c = next_rr_fed(me);
+            c = next_rr(me, 1);
             if (c < 0 && another_runs(t)) return VM_FREE_IT;
         }
         break;
@@ -511,7 +498,7 @@ static int choose_next(int t, int waiting_for) {
     default:
         break;
     }
-    return c >= 0 ? c : next_rr(me);
+    return c >= 0 ? c : next_rr(me, 0);
 }
 
 /* Give every free token to a waiting rank that may take it (this rank included). */
@@ -519,7 +506,7 @@ static void distribute_free(void) {
     int p = ntokens();
     for (int t = 0; t < p; t++) {
         if (vm.rt->rt.holder[t] >= 0) continue;
-        int c = vm.job->queue == VM_QUEUE_LOCAL ? next_local(t, -1, -1, skip_starved) : next_rr(-1);
+        int c = vm.job->queue == VM_QUEUE_LOCAL ? next_local(t, -1, -1, skip_starved) : next_rr(-1, 0);
         if (c >= 0) grant(t, c);
     }
     count_free();
@@ -1087,10 +1074,10 @@ void vm_count_send(int dest) {
         __atomic_load_n(&vm.rt->rt.rt_tokens_free, __ATOMIC_SEQ_CST) > 0 && is_waiting(dest)) {
         job_lock();
         sync_tokens();
-        int p = ntokens(), t = -1;
-        for (int k = 0; k < p && is_waiting(dest) && vm.job->queue != VM_QUEUE_LOCAL; k++)
+        int p = vm.job->queue != VM_QUEUE_LOCAL && is_waiting(dest) ? ntokens() : 0, t = -1;
+        for (int k = 0; k < p; k++) /* a free token, the one on the receiver's CPU first */
             if (vm.rt->rt.holder[k] < 0 && (t < 0 || e->pinned_to == (uint32_t)vm.job->cpus[k] + 1)) t = k;
-        if (t >= 0 && is_waiting(dest)) {
+        if (t >= 0) {
             grant(t, dest);
             count_free();
             fed_grants++;
