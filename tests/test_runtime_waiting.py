@@ -137,10 +137,10 @@ def test_round_robin_passes_over_queue_mates_that_nothing_was_sent_to(manager, p
     assert without["starved_handoffs"] > 0.5 and without["per_rank_iter"] > 2.5, without
 
 
-def run_folded(manager: Manager, exe: Path, rounds: int, queue: str, **env: str) -> dict:
-    """Run a tests/c program folded 4 on one CPU; its JSON line. A job that hangs fails the test and is
-    killed with its ranks."""
-    cmd = vmrun_cmd(manager.state_dir, 4, 4, [str(exe), str(rounds)], queue=queue)
+def run_folded(manager: Manager, exe: Path, rounds: int, queue: str, *args: str, **env: str) -> dict:
+    """Run a tests/c program folded 4 on one CPU (`args` after its rounds); its JSON line. A job that hangs
+    fails the test and is killed with its ranks."""
+    cmd = vmrun_cmd(manager.state_dir, 4, 4, [str(exe), str(rounds), *args], queue=queue)
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**manager.env(), **env})  # fmt: skip
     try:
@@ -151,6 +151,25 @@ def run_folded(manager: Manager, exe: Path, rounds: int, queue: str, **env: str)
         end_job(proc, signal.SIGKILL)  # its ranks too, if it hung
     assert proc.returncode == 0, err[-2000:]
     return json.loads(out)
+
+
+@pytest.mark.parametrize(("queue", "borrow_ms"), [("local", None), ("global", "200")])
+def test_a_rank_polling_memory_without_mpi_calls_does_not_hang_its_job(manager, tmp_path, queue, borrow_ms):
+    """A ring of flags in a shared window, each rank polling its neighbour's flag with plain loads and no
+    MPI call (tests/c/memspin.c): the first rank to poll kept its token, and the ranks that were to set
+    the flags never ran (4 ranks on one CPU, hung for good on both queues). A waiting rank that could go
+    on now runs without a token beside a holder that has made no MPI call for VMRT_BORROW_MS (5 s by
+    default, so 3 rounds; 200 ms on the global queue, so more of them)."""
+    exe = compile_c_program(REPO / "tests" / "c" / "memspin.c", tmp_path)
+    stats = tmp_path / "stats.jsonl"
+    env = {"VMRT_STATS": str(stats), **({"VMRT_BORROW_MS": borrow_ms} if borrow_ms else {})}
+    rounds = 3 if borrow_ms is None else 20
+    out = run_folded(manager, exe, rounds, queue, "spin", **env)
+    # each round every rank adds the round times (rank + 1): independent of who ran when
+    assert out == {"ok": True, "rounds": rounds, "sum": sum(range(rounds)) * sum(range(1, 5))}
+    ranks = read_stats(stats)
+    assert len(ranks) == 4 and all(s["mode"] == "ctl" for s in ranks), ranks
+    assert sum(s["borrows"] for s in ranks) > 0, ranks
 
 
 @pytest.mark.parametrize("queue", ["local", "global"])

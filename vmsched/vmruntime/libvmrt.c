@@ -59,6 +59,8 @@
 #define VM_RR_EVERY 8           /* every n-th hand-off of a rank is round robin (no starvation) */
 #define VM_POLLS_BEFORE_YIELD 8 /* consecutive empty Test/Iprobe calls before giving way */
 #define VM_IDLE_PROGRESS 16     /* consecutive idle ucp_worker_progress calls from libmpi that are a wait */
+#define VM_BORROW_MS 5000       /* a token holder that made no MPI call this long may be run beside (borrow) */
+#define VM_BORROW_NICE 19       /* a borrower's nice value while it runs without a token */
 
 static vm_rank dummy_rank;     /* counters of an unregistered process */
 struct vm_state vm = {.me = &dummy_rank, .rank = -1};
@@ -116,6 +118,11 @@ static double yield_wait_max_avg_ns = VM_YIELD_WAIT_MAX_AVG_US * 1000.0;
 static int repolls_counted = VM_REPOLLS, repolls_opaque = VM_REPOLLS_OPAQUE;
 static int skip_starved = 1;     /* local round robin passes over starved queue-mates (next_local) */
 static int free_starved = 1;     /* global queue: a token nobody but starved ranks could take is freed */
+static int borrow_ms = VM_BORROW_MS; /* 0: a waiting rank never runs beside a holder (may_borrow) */
+static int borrow_nice = VM_BORROW_NICE;
+static int base_nice;    /* this rank's nice value before it borrowed */
+static int can_unnice;   /* it may raise its priority back (root, or RLIMIT_NICE allows base_nice) */
+static int niced;        /* it runs at borrow_nice now */
 static double avg_call_wait_ns;  /* moving average of this rank's MPI calls' waits (vm_call_waited) */
 static unsigned long call_waits, call_waits_over[2]; /* calls that waited; ... over 30 and over 100 us */
 static double call_wait_sum_ns;  /* (for stats) */
@@ -127,6 +134,7 @@ static unsigned long idle_progresses;   /* ... that reached VM_IDLE_PROGRESS: wa
 static unsigned long repolls;    /* tests repeated before a hand-off (repolling) */
 static unsigned long starved_handoffs; /* hand-offs to a rank that was starved (is_starved) */
 static unsigned long fed_grants; /* free tokens a send granted to its receiver (vm_count_send) */
+static unsigned long borrows;    /* times this rank went on without a token beside a stuck holder (may_borrow) */
 
 static int env_int(const char *name, int dflt) {
     const char *v = getenv(name);
@@ -141,6 +149,24 @@ static void read_tuning(void) {
     repolls_opaque = env_int("VMRT_REPOLLS_OPAQUE", VM_REPOLLS_OPAQUE);
     skip_starved = env_int("VMRT_SKIP_STARVED", 1);
     free_starved = env_int("VMRT_FREE_STARVED", 1);
+    borrow_ms = env_int("VMRT_BORROW_MS", VM_BORROW_MS);
+    borrow_nice = env_int("VMRT_BORROW_NICE", VM_BORROW_NICE);
+    errno = 0;
+    base_nice = getpriority(PRIO_PROCESS, 0);
+    struct rlimit rl;
+    can_unnice = errno == 0 && (geteuid() == 0 || (getrlimit(RLIMIT_NICE, &rl) == 0 &&
+                                                   (rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur >= (rlim_t)(20 - base_nice))));
+}
+
+/* A rank that borrows a CPU (may_borrow) runs at nice borrow_nice until it waits for a token again: beside
+ * a holder that computes, it then takes about 1.5 % of the CPU rather than half (ep.W, 4 ranks on one CPU,
+ * ran 10-40 % longer when its borrowers ran at the holder's priority), and beside one that polls memory
+ * that is still enough to set the memory it polls. Only where it may raise its priority back (Linux nice
+ * values are per thread; an unprivileged thread may lower its nice value only as far as RLIMIT_NICE
+ * allows); otherwise it borrows at its own priority. */
+static void borrow_priority(int low) {
+    if (low == niced || !can_unnice || borrow_nice <= base_nice) return;
+    if (setpriority(PRIO_PROCESS, 0, low ? borrow_nice : base_nice) == 0) niced = low;
 }
 
 /* How long an MPI call that waited for a token waited: from its first hand-off to the last time it got
@@ -443,6 +469,18 @@ static int another_runs(int t) {
     return 0;
 }
 
+/* A rank that could take token t runs without a token (it borrowed a CPU, or a new partition revoked its
+ * token): the holder of t, with nobody waiting, frees t and sleeps rather than poll on beside it - a
+ * borrower runs at a low priority, and would get little of the CPU the holder polls on. */
+static int borrower_runs(int t) {
+    int p = ntokens(), local = vm.job->queue == VM_QUEUE_LOCAL;
+    for (int r = local && p > 0 ? t : 0; r < vm.nranks; r += local && p > 0 ? p : 1) {
+        vm_rank *e = r != vm.rank ? rank_entry(r) : NULL;
+        if (e && __atomic_load_n(&e->state, __ATOMIC_ACQUIRE) == VM_RANK_RUNNING && e->has_token == 0) return 1;
+    }
+    return 0;
+}
+
 /* Which rank gets our token t (thesis §4.3.1); -1: nobody is waiting for one. */
 static int choose_next(int t, int waiting_for) {
     int me = vm.rank, c = -1;
@@ -615,6 +653,7 @@ static void go_off(const char *why) {
     if (vm.mode == VM_OFF) return;
     DBG("runtime off: %s", why);
     off_why = why;
+    if (niced) borrow_priority(0);
     vm.mode = VM_OFF;
     vm.job = NULL;
     sched_setaffinity(0, sizeof initial_mask, &initial_mask);
@@ -683,13 +722,65 @@ void vm_generation_changed(void) {
     DBG("generation %u: %d CPUs for %d ranks, mode %s", gen, p, n, vm.mode == VM_CTL ? "ctl" : "fast");
 }
 
-/* Look around under the lock: a new generation, a free token we may take. */
-static void look_around(int reclaim) {
+/* The holder of a token this rank may take has made no MPI call for borrow_ms or more (lock held). Seen
+ * at this rank's sleep timeouts: the holder and its call count when they were first seen unchanged. */
+static int holder_stuck(void) {
+    static struct {
+        int holder;
+        uint64_t calls;
+        int64_t since;
+    } seen[VM_MAX_CPUS];
+    int p = ntokens(), local = vm.job->queue == VM_QUEUE_LOCAL, stuck = 0;
+    int64_t now = now_ns();
+    for (int t = local && p > 0 ? vm.rank % p : 0; t < p; t++) {
+        int h = vm.rt->rt.holder[t];
+        vm_rank *e = h != vm.rank ? rank_entry(h) : NULL;
+        uint64_t calls = e ? __atomic_load_n(&e->mpi_calls, __ATOMIC_RELAXED) : 0;
+        if (!e || __atomic_load_n(&e->state, __ATOMIC_ACQUIRE) != VM_RANK_RUNNING) {
+            seen[t].holder = -1;
+        } else if (seen[t].holder != h || seen[t].calls != calls) {
+            seen[t].holder = h, seen[t].calls = calls, seen[t].since = now;
+        } else if (now - seen[t].since >= (int64_t)borrow_ms * 1000000) {
+            stuck = 1;
+        }
+        if (local) break;
+    }
+    return stuck;
+}
+
+/* A rank that waits for a token may go on without one, beside the holder, when it could go on (it is not
+ * starved) and the holder of a token it may take has made no MPI call for borrow_ms: the runtime never
+ * takes a token back from a rank that runs, and a holder polling memory with no MPI call at all waits for
+ * a rank that has no CPU (tests/c/memspin.c: a ring of flags in a shared window, 4 ranks on one CPU,
+ * hung for good). The kernel then shares the CPU between the two, as it would unfolded; the borrower
+ * runs until its next MPI call, which waits for a token again (as a rank does whose token was revoked
+ * by a new partition). Nothing tells a holder that polls from one that computes, and a computing one
+ * shared its CPU with the borrowers whose operations had completed: ep.W, 4 ranks on one CPU (whole
+ * seconds between MPI calls), ran 0-40 % longer in 6 of 7 paired runs when they borrowed after 100 ms at
+ * its priority, and 10-11 % longer after 2 s (2026-11-28). A borrower therefore runs at a low priority
+ * (borrow_priority), and the holder it runs beside frees its token rather than poll on (borrower_runs);
+ * but borrowers then share the CPU among themselves once the holder blocks, and ep.W still ran 2-45 %
+ * longer after 500 ms (8 ranks on 2 CPUs: +40, +16, +2 %). Hence 5 s: a job whose ranks compute longer
+ * than that between MPI calls is time-shared from then on, and a program that polls memory waits 5 s
+ * each time a folded rank must run first. VMRT_BORROW_MS sets the wait (0: never borrow). */
+static int may_borrow(void) {
+    return borrow_ms > 0 && !vm.me->has_token && !starved(vm.me) && holder_stuck();
+}
+
+/* Look around under the lock: a new generation, a free token we may take; after a sleep that timed out,
+ * dead holders, and whether to go on without a token (may_borrow; 1: this rank runs, it has no token). */
+static int look_around(int timed_out) {
     job_lock();
     sync_tokens();
-    if (reclaim) reclaim_dead();
+    if (timed_out) reclaim_dead();
     if (!vm.me->has_token && take_free()) claims++;
+    int borrow = timed_out && may_borrow();
+    if (borrow) {
+        vm.me->state = VM_RANK_RUNNING; /* not waiting: nobody grants it a token until it waits again */
+        borrows++;
+    }
     job_unlock();
+    return borrow;
 }
 
 /* What the current wait is for (the slot's wait_kind): a collective, a poll or a token (opaque: the
@@ -771,7 +862,10 @@ static void block(void) {
         }
         if (__atomic_load_n(&vm.me->wake, __ATOMIC_ACQUIRE) == VM_WAKE_RUN) break;
         /* Woken by the manager (new generation) or a timeout: look around under the lock. */
-        look_around(err == ETIMEDOUT);
+        if (look_around(err == ETIMEDOUT)) { /* borrowed: it goes on without a token */
+            borrow_priority(1);
+            break;
+        }
     }
     vm.wait.resumed = now_ns();
     if (!world_ok()) return;
@@ -792,6 +886,7 @@ static void wait_locked(int waiting_for) {
 }
 
 void vm_wait_token(int waiting_for) {
+    if (niced) borrow_priority(0);
     if (vm.mode != VM_CTL || !world_ok()) return;
     vm.wait.opaque = 1; /* it waits for a token only */
     job_lock();
@@ -818,6 +913,7 @@ static int job_joined(void) {
 /* The operation is not complete: hand our token to the next rank and block (thesis fig. 4.6). */
 static void yield_token(int waiting_for) {
     idle_progress = 0;
+    if (niced) borrow_priority(0);
     if (__atomic_load_n(&vm.job->generation, __ATOMIC_ACQUIRE) != vm.seen_gen) vm_generation_changed();
     if (vm.mode != VM_CTL) return;
     if (now_ns() - last_check_ns > VM_CHECK_NS) {
@@ -847,7 +943,8 @@ static void yield_token(int waiting_for) {
     }
     if (t >= 0) {
         int next = choose_next(t, waiting_for);
-        if (next == VM_FREE_IT) { /* only starved ranks wait: free it, and the next sender grants it */
+        if (next < 0 && borrower_runs(t)) next = VM_FREE_IT;
+        if (next == VM_FREE_IT) { /* only starved ranks wait, or a borrower runs: free it (a sender grants it) */
             vm.rt->rt.holder[t] = -1;
             count_free();
             /* Free and waiting before we look at our own count (all sequentially consistent): a send to us
@@ -1333,13 +1430,13 @@ static void write_stats(const char *why) {
     int n = snprintf(buf, sizeof buf,
                      "{\"rank\":%d,\"pid\":%d,\"job\":%d,\"mode\":\"%s\",\"end\":\"%s\",\"mpi_calls\":%llu,"
                      "\"blocking_calls\":%llu,\"ctx_switches\":%llu,\"yields\":%lu,\"sleeps\":%lu,\"claims\":%lu,"
-                     "\"lock_yields\":%lu,\"other_yields\":%lu,\"repolls\":%lu,\"starved_handoffs\":%lu,\"fed_grants\":%lu,"
+                     "\"lock_yields\":%lu,\"other_yields\":%lu,\"repolls\":%lu,\"starved_handoffs\":%lu,\"fed_grants\":%lu,\"borrows\":%lu,"
                      "\"generations\":%u,\"idle_progress_waits\":%lu,\"off\":\"%s\","
                      "\"reclaimed\":%u,\"unconsumed\":%lld,\"sent_not_consumed\":%lld,\"call_waits\":%lu,\"call_wait_mean_us\":%.1f,"
                      "\"call_waits_over_30us\":%lu,\"call_waits_over_100us\":%lu,\"calls\":{",
                      vm.rank, (int)vm.pid, (int)vm.job_id, mode, why, (unsigned long long)vm.me->mpi_calls,
                      (unsigned long long)vm.me->blocking_calls, (unsigned long long)vm.me->ctx_switches, yields, sleeps,
-                     claims, lock_yields, other_yields, repolls, starved_handoffs, fed_grants, generations, idle_progresses,
+                     claims, lock_yields, other_yields, repolls, starved_handoffs, fed_grants, borrows, generations, idle_progresses,
                      off_why, reclaimed, (long long)__atomic_load_n(&vm.me->unconsumed, __ATOMIC_RELAXED),
                      (long long)__atomic_load_n(&vm.me->sent_not_consumed, __ATOMIC_RELAXED),
                      call_waits, call_waits ? call_wait_sum_ns / call_waits / 1000.0 : 0.0, call_waits_over[0],
