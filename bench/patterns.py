@@ -5,6 +5,10 @@ master-worker with uneven tasks, a 2-D halo exchange, all-to-all, random pairs, 
 tree, a 1-D halo by one-sided puts and by persistent requests; written as any MPI user would, knowing
 nothing of vmsched) and the apps of vmsched/apps.
 
+--command NAME=CMDLINE (with --check NAME=REGEX, the result to verify, and --time NAME=REGEX, the time
+the program reports) runs an MPI program of yours the same ways: {iters} in CMDLINE is the count that the
+calibration scales; without it the program runs as given.
+
 Shapes: MPL 2 and 4 on one and on two CPUs (2 ranks on 1 CPU, 4 on 1, 4 on 2, 8 on 2); --shapes
 takes others (16x8, 32x8 on a 16-core node). The node is the CPUs this process may run on; a job that
 does not fill it runs beside a compute-bound job (2 ranks per CPU) that holds the rest, as on a shared
@@ -41,16 +45,19 @@ happened to be fastest on the very runs it is compared on, and reads high by thi
 queues the detector chose in each default run (the CPU manager's log). Last line: JSON.
 
     python bench/patterns.py [--quick] [--reps 3] [--programs ring,halo2d,ep] [--shapes 4x1,8x2] [--ways local,rr]
-                             [--plot FILE]
+                             [--plot FILE] [--command NAME=CMDLINE --check NAME=REGEX [--time NAME=REGEX]]...
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import itertools
 import json
 import math
 import os
+import re
+import shlex
 import statistics
 import subprocess
 import sys
@@ -142,23 +149,71 @@ class Program:
             return [PY, "-m", f"vmsched.apps.{self.name}", "--class", self.cls]
         return [str(self.exe), self.name, str(self.iters), str(self.work)]
 
-    def parse(self, stdout: str) -> Run:
+    @property
+    def scalable(self) -> bool:
+        """Whether `scaled` may change its iteration count (an app moves up a class instead)."""
+        return not self.is_app
+
+    def parse(self, res: subprocess.CompletedProcess[str], wall_s: float) -> Run:
+        if res.returncode not in (0, 1):
+            raise RuntimeError(f"{' '.join(res.args)} exited {res.returncode}: {res.stderr[-1500:]}")
         if self.is_app:
-            r = parse_result(stdout)
+            r = parse_result(res.stdout)
             return Run(bool(r["verified"]), str(r["checksum"]), float(r["time"]))
-        r = json.loads(stdout.strip().splitlines()[-1])
+        r = json.loads(res.stdout.strip().splitlines()[-1])
         return Run(bool(r["ok"]), r["checksum"], float(r["elapsed_s"]))
 
 
+class Command(Program):
+    """An MPI program of the user's (--command NAME=CMDLINE): `{iters}` in CMDLINE is an iteration count
+    the calibration scales (from --command-iters), else it runs as given. Its result is every match of
+    --check's regex in its output (group 1 where it has one), sorted, since ranks print in any order: a
+    run is ok when it exits 0 and prints at least one, and its checksum is their digest, compared with the
+    plain taskset run's as a pattern's is. Its time is --time's regex (seconds, group 1) where given, else
+    the whole run's wall clock, start-up included (which then weighs on every ratio)."""
+
+    def __init__(self, name: str, cmdline: str, check: str, timing: str | None, iters: int) -> None:
+        super().__init__(name, None)
+        self.is_app = False
+        self.cmd = shlex.split(cmdline)
+        self.check, self.timing = re.compile(check), re.compile(timing) if timing else None
+        self.iters, self.work = iters, 0
+        self.net = timing is None  # its wall clock, less the way's start-up (startup_s)
+
+    @property
+    def label(self) -> str:
+        return self.name
+
+    @property
+    def scalable(self) -> bool:
+        return any("{iters}" in a for a in self.cmd)
+
+    def allows(self, nranks: int) -> bool:
+        return True
+
+    def argv(self) -> list[str]:
+        return [a.replace("{iters}", str(self.iters)) for a in self.cmd]
+
+    def parse(self, res: subprocess.CompletedProcess[str], wall_s: float) -> Run:
+        found = sorted(m.group(1) if m.groups() else m.group(0) for m in self.check.finditer(res.stdout))
+        digest = hashlib.sha256("\n".join(found).encode()).hexdigest()[:16]
+        seconds = wall_s
+        if self.timing:
+            t = self.timing.search(res.stdout)
+            if not t:
+                raise RuntimeError(f"{self.name}: --time {self.timing.pattern!r} found nothing in: {res.stdout[-500:]}")
+            seconds = float(t.group(1) if t.groups() else t.group(0))
+        return Run(res.returncode == 0 and bool(found), digest, seconds)
+
+
 def run(cmd: list[str], prog: Program, env: dict[str, str] | None = None, cap: float | None = None) -> Run:
+    t0 = time.monotonic()
     res = run_to_end(cmd, env, cap or 600)
     if res is None:
         if cap is None:
             raise RuntimeError(f"{' '.join(cmd)} did not end in 600 s")
         return Run(True, "", cap, capped=True)
-    if res.returncode not in (0, 1):
-        raise RuntimeError(f"{' '.join(cmd)} exited {res.returncode}: {res.stderr[-1500:]}")
-    return prog.parse(res.stdout)
+    return prog.parse(res, time.monotonic() - t0)
 
 
 def start_compute(cmd: list[str], nranks: int, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
@@ -168,6 +223,30 @@ def start_compute(cmd: list[str], nranks: int, env: dict[str, str] | None = None
         time.sleep(0.02)
     time.sleep(0.5)  # past start-up, computing
     return comp
+
+
+# Start-up per (way, ranks, CPUs): the median wall clock of runs of a near-empty MPI program (the ring pattern
+# for 1 lap). A command timed by its wall clock is charged its run less this: vmrun's start-up (its
+# Python, the CPU manager's admission) took 0.9 s where mpiexec's took 0.16 s, and a short program then
+# read 6.5x slower folded than split by taskset (2 ranks of tests/c/ring.c on one CPU).
+STARTUP: dict[tuple[str, int, int], float] = {}
+EMPTY: list[Command] = []  # set in main: the ring pattern for 1 lap, timed by its wall clock
+
+
+def startup_s(m: Manager, way: str, nranks: int, cpus: int) -> float:
+    key = (way, nranks, cpus)
+    if key not in STARTUP:
+        runs = [plain(EMPTY[0], nranks, cpus, way, 600) if way in PLAIN_WAYS else folded(m, EMPTY[0], nranks, cpus, way)
+                for _ in range(3)]  # fmt: skip
+        STARTUP[key] = statistics.median(r.seconds for r in runs)
+    return STARTUP[key]
+
+
+def net(m: Manager, prog: Program, nranks: int, cpus: int, way: str, r: Run) -> Run:
+    """A command's run timed by its wall clock, less the way's start-up (at least 1 ms)."""
+    if not isinstance(prog, Command) or not prog.net or r.capped:
+        return r
+    return replace(r, seconds=max(r.seconds - startup_s(m, way, nranks, cpus), 0.001))
 
 
 def plain(prog: Program, nranks: int, cpus: int, way: str, cap: float) -> Run:
@@ -217,6 +296,8 @@ def scaled(prog: Program, once: Callable[[], Run], min_s: float) -> Run:
         while run.seconds < low and prog.larger():
             run = once()
         return run
+    if not prog.scalable:  # a command without {iters}: as given
+        return run
     for _ in range(3):
         if low <= run.seconds <= 3 * low:
             break
@@ -227,7 +308,7 @@ def scaled(prog: Program, once: Callable[[], Run], min_s: float) -> Run:
 
 def calibrate(m: Manager, prog: Program, nranks: int, cpus: int, min_s: float) -> Run:
     """The folded run with default options, its iteration count scaled (see `scaled`)."""
-    return scaled(prog, lambda: folded(m, prog, nranks, cpus, "default"), min_s)
+    return scaled(prog, lambda: net(m, prog, nranks, cpus, "default", folded(m, prog, nranks, cpus, "default")), min_s)
 
 
 def parse_shapes(spec: str) -> list[tuple[int, int]]:
@@ -247,6 +328,39 @@ def parse_shapes(spec: str) -> list[tuple[int, int]]:
     return shapes  # type: ignore[return-value]
 
 
+def parse_commands(commands: list[str], checks: list[str], times: list[str], iters: int) -> list[Command]:
+    """--command/--check/--time NAME=VALUE options -> the commands; ValueError with the reason otherwise."""
+
+    def by_name(opts: list[str], flag: str) -> dict[str, str]:
+        out: dict[str, str] = {}
+        for o in opts:
+            name, eq, value = o.partition("=")
+            if not eq or not name or not value:
+                raise ValueError(f"{flag} {o!r}: expected NAME=VALUE")
+            if name in out:
+                raise ValueError(f"{flag} {name}: given twice")
+            out[name] = value
+        return out
+
+    cmds, chk, tim = by_name(commands, "--command"), by_name(checks, "--check"), by_name(times, "--time")
+    for name in cmds:
+        if name in PATTERNS or name in APPS:
+            raise ValueError(f"--command {name}: the name of a pattern or app; choose another")
+        if name not in chk:
+            raise ValueError(f"--command {name}: needs --check {name}=REGEX (every result is verified)")
+    for flag, opts in (("--check", chk), ("--time", tim)):
+        for name, regex in opts.items():
+            if name not in cmds:
+                raise ValueError(f"{flag} {name}: no --command {name}=...")
+            try:
+                re.compile(regex)
+            except re.error as e:
+                raise ValueError(f"{flag} {name}={regex!r}: {e}") from None
+    if cmds and iters < 1:
+        raise ValueError(f"--command-iters must be at least 1, not {iters}")
+    return [Command(n, c, chk[n], tim.get(n), iters) for n, c in cmds.items()]
+
+
 def main() -> int:
     unwind_on_sigterm()  # the private CPU manager, the jobs and their directories go on SIGTERM too
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -258,10 +372,37 @@ def main() -> int:
     p.add_argument("--reps", type=int, default=1, help="runs per way, in interleaved rounds; medians (default 1)")
     p.add_argument("--ways", help=f"comma-separated ways (default all; default and taskset always run): "
                                   f"{', '.join(VMSCHED_WAYS + PLAIN_WAYS)}")  # fmt: skip
+    p.add_argument(
+        "--command",
+        action="append",
+        default=[],
+        metavar="NAME=CMDLINE",
+        help="also an MPI program of yours, run every way as the patterns are (needs --check NAME=...); "
+        "{iters} in CMDLINE: an iteration count scaled to --min-s; without --programs, only these",
+    )
+    p.add_argument(
+        "--check",
+        action="append",
+        default=[],
+        metavar="NAME=REGEX",
+        help="a command's result: every match in its output (group 1 if any), the same in every way",
+    )
+    p.add_argument(
+        "--time",
+        action="append",
+        default=[],
+        metavar="NAME=REGEX",
+        help="a command's own time in seconds (group 1); default: the run's wall clock",
+    )
+    p.add_argument("--command-iters", type=int, default=1000, help="{iters} to start calibrating from (1000)")
     args = p.parse_args()
     if args.reps < 1:
         p.error(f"--reps must be at least 1, not {args.reps}")
-    names = args.programs.split(",") if args.programs else [*PATTERNS, *APPS]
+    try:
+        commands = parse_commands(args.command, args.check, args.time, args.command_iters)
+    except ValueError as e:
+        p.error(str(e))
+    names = args.programs.split(",") if args.programs else [] if commands else [*PATTERNS, *APPS]
     try:
         shapes = parse_shapes(args.shapes) if args.shapes else list(SHAPES)
     except ValueError as e:
@@ -281,6 +422,9 @@ def main() -> int:
             if n not in PATTERNS and n not in APPS:
                 p.error(f"unknown program {n!r}; patterns: {', '.join(PATTERNS)}; apps: {', '.join(APPS)}")
             programs.append(Program(n, None if n in APPS else exe))
+        programs += commands
+        EMPTY.append(Command("start-up", f"{exe} ring 1 0", r'"ok": true', None, 0))
+        EMPTY[0].net = False
         rows = []
         with Manager(cpus=cpu_list(NODE)) as m:
             for prog in programs:
@@ -289,7 +433,7 @@ def main() -> int:
                         continue
                     runs: dict[str, list[Run]] = {"default": [calibrate(m, prog, nranks, cpus, args.min_s)]}
                     cap = max(CAP_MIN_S, CAP_FACTOR * runs["default"][0].seconds)
-                    runs["taskset"] = [plain(prog, nranks, cpus, "taskset", cap)]
+                    runs["taskset"] = [net(m, prog, nranks, cpus, "taskset", plain(prog, nranks, cpus, "taskset", cap))]
                     order = ["default", "taskset", *(w for w in ways if w not in ("default", "taskset"))]
                     # Rounds interleaved, medians compared: the best of six ways is a minimum over noisy
                     # runs, so one run per way biases default/best upward by the noise alone.
@@ -300,8 +444,12 @@ def main() -> int:
                             if runs.get(way) and runs[way][-1].capped:  # once stopped, not run again
                                 runs[way].append(runs[way][-1])
                                 continue
-                            runs.setdefault(way, []).append(plain(prog, nranks, cpus, way, cap) if way in PLAIN_WAYS
-                                                            else folded(m, prog, nranks, cpus, way))  # fmt: skip
+                            r = (
+                                plain(prog, nranks, cpus, way, cap)
+                                if way in PLAIN_WAYS
+                                else folded(m, prog, nranks, cpus, way)
+                            )
+                            runs.setdefault(way, []).append(net(m, prog, nranks, cpus, way, r))
                     rows.append(make_row(prog, nranks, cpus, args.reps, runs, args.min_s))
                     print_row(rows[-1], flush=True)
     return report(rows, args.plot)
@@ -393,6 +541,9 @@ def report(rows: list[dict], plot: Path | None) -> int:
             h = row["held_out"]
             print(f"    default / best, held out: {h['default_vs_best']:.2f} (best picked on the even rounds: "
                   f"{h['picked'][0]}, on the odd: {h['picked'][1]})")  # fmt: skip
+    if STARTUP:  # what a command timed by its wall clock was charged less (net)
+        print("\nstart-up subtracted from commands timed by their wall clock (median of 3 near-empty runs): "
+              + ", ".join(f"{w} {n}x{c} {v:.3f} s" for (w, n, c), v in sorted(STARTUP.items())))  # fmt: skip
     rs = [ratios(r) for r in rows]
     loses = [r["timesharing_vs_default"] for r in rs if r.get("timesharing_vs_default", 0) > 1]
     figures = {
@@ -406,6 +557,8 @@ def report(rows: list[dict], plot: Path | None) -> int:
         "default_median_s_min": round(min(r["seconds"]["default"] for r in rows), 3),
         "stopped_at_cap": [f"{r['program']} {r['ranks']}x{r['cpus']} {w}" for r in rows for w in r["capped"]],
     }
+    if STARTUP:
+        figures["startup_s"] = {f"{w} {n}x{c}": round(v, 3) for (w, n, c), v in sorted(STARTUP.items())}
     held = [r["default_vs_best_held_out"] for r in rs if "default_vs_best_held_out" in r]
     if held:
         figures["default_vs_best_held_out_worst"] = round(max(held), 3)

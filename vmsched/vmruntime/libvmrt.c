@@ -726,7 +726,7 @@ void vm_generation_changed(void) {
  * at this rank's sleep timeouts: the holder and its call count when they were first seen unchanged. */
 static int holder_stuck(void) {
     static struct {
-        int holder;
+        int holder1; /* the holder + 1; 0: none seen */
         uint64_t calls;
         int64_t since;
     } seen[VM_MAX_CPUS];
@@ -737,9 +737,9 @@ static int holder_stuck(void) {
         vm_rank *e = h != vm.rank ? rank_entry(h) : NULL;
         uint64_t calls = e ? __atomic_load_n(&e->mpi_calls, __ATOMIC_RELAXED) : 0;
         if (!e || __atomic_load_n(&e->state, __ATOMIC_ACQUIRE) != VM_RANK_RUNNING) {
-            seen[t].holder = -1;
-        } else if (seen[t].holder != h || seen[t].calls != calls) {
-            seen[t].holder = h, seen[t].calls = calls, seen[t].since = now;
+            seen[t].holder1 = 0;
+        } else if (seen[t].holder1 != h + 1 || seen[t].calls != calls) {
+            seen[t].holder1 = h + 1, seen[t].calls = calls, seen[t].since = now;
         } else if (now - seen[t].since >= (int64_t)borrow_ms * 1000000) {
             stuck = 1;
         }

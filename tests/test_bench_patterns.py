@@ -1,0 +1,52 @@
+"""bench/patterns.py on programs of the user's (--command): each runs every way as the patterns do, its
+result (--check) is compared with the plain taskset run's, and a program whose result depends on the run
+is reported, not averaged. Behaviour only: the times are whatever this node gives."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from tests.conftest import REPO
+from vmsched.vmruntime.testing import compile_c_program
+
+BENCH = REPO / "bench" / "patterns.py"
+
+
+def test_a_users_program_runs_every_way_and_its_result_is_checked(tmp_path):
+    ring = compile_c_program(REPO / "tests" / "c" / "ring.c", tmp_path)
+    # a program whose "result" is its rank processes' pids: different in every run, so never verified
+    pids = f"{sys.executable} -c 'from mpi4py import MPI; import os; print(\"pid\", os.getpid())'"
+    r = subprocess.run(
+        [sys.executable, str(BENCH), "--shapes", "2x1", "--ways", "local", "--min-s", "0.05",
+         "--command", f"cring={ring} {{iters}}", "--check", r"cring=ring ok (\d+)", "--command-iters", "200",
+         "--command", f"pids={pids}", "--check", r"pids=pid (\d+)"],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert r.returncode == 1, r.stdout[-3000:] + r.stderr[-3000:]  # a result differed: the bench fails
+    figures = json.loads(r.stdout.strip().splitlines()[-1])
+    assert figures["cases"] == 2
+    rows = {line.split()[0]: line for line in r.stdout.splitlines() if line.startswith(("cring ", "pids "))}
+    assert rows["cring"].split()[1] == "2x1" and " ok" in rows["cring"] and "BAD" not in rows["cring"], r.stdout
+    # every way of the pids program differs from its reference run (default, local; not taskset itself)
+    assert "BAD default,local" in rows["pids"], r.stdout
+    assert figures["bad_results"] == 2, figures
+    # the calibration scaled {iters} up from 200: 200 laps take well under 1.5 x 0.05 s once the start-up
+    # of vmrun or mpiexec (measured per way, printed, and subtracted) is not counted
+    per_way = [line for line in r.stdout.splitlines() if line.lstrip().startswith("cring 2x1 (iters")]
+    assert per_way and int(per_way[0].split("(iters ")[1].split(",")[0]) > 200, r.stdout
+    assert set(figures["startup_s"]) == {"default 2x1", "taskset 2x1", "local 2x1"}, figures
+
+
+def test_bad_command_options_are_refused_with_the_reason():
+    cases = {
+        ("--command", "x=prog"): "needs --check x=REGEX",
+        ("--command", "ring=prog", "--check", "ring=a"): "the name of a pattern or app",
+        ("--command", "x=prog", "--check", "x=("): "--check x='('",
+        ("--command", "x=prog", "--check", "x=a", "--check", "y=b"): "--check y: no --command y",
+        ("--command", "x"): "expected NAME=VALUE",
+    }
+    for argv, reason in cases.items():
+        r = subprocess.run([sys.executable, str(BENCH), *argv], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 2 and reason in r.stderr, (argv, r.stderr)
