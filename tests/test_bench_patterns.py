@@ -15,12 +15,14 @@ BENCH = REPO / "bench" / "patterns.py"
 
 
 def test_a_users_program_runs_every_way_and_its_result_is_checked(tmp_path):
-    ring = compile_c_program(REPO / "tests" / "c" / "ring.c", tmp_path)
-    # a program whose "result" is its rank processes' pids: different in every run, so never verified
+    # a ring timed by itself (--time), and a program whose "result" is its rank processes' pids: different
+    # in every run, so never verified, and timed by its wall clock less the start-up
+    exe = compile_c_program(REPO / "bench" / "patterns" / "patterns.c", tmp_path)
     pids = f"{sys.executable} -c 'from mpi4py import MPI; import os; print(\"pid\", os.getpid())'"
     r = subprocess.run(
         [sys.executable, str(BENCH), "--shapes", "2x1", "--ways", "local", "--min-s", "0.05",
-         "--command", f"cring={ring} {{iters}}", "--check", r"cring=ring ok (\d+)", "--command-iters", "200",
+         "--command", f"cring={exe} ring {{iters}} 0", "--check", r'cring="checksum": "(\w+)"',
+         "--time", r'cring="elapsed_s": ([0-9.]+)', "--command-iters", "200",
          "--command", f"pids={pids}", "--check", r"pids=pid (\d+)"],
         capture_output=True, text=True, timeout=600,
     )  # fmt: skip
@@ -32,10 +34,10 @@ def test_a_users_program_runs_every_way_and_its_result_is_checked(tmp_path):
     # every way of the pids program differs from its reference run (default, local; not taskset itself)
     assert "BAD default,local" in rows["pids"], r.stdout
     assert figures["bad_results"] == 2, figures
-    # the calibration scaled {iters} up from 200: 200 laps take well under 1.5 x 0.05 s once the start-up
-    # of vmrun or mpiexec (measured per way, printed, and subtracted) is not counted
+    # the calibration scaled {iters} up from 200: the ring's own time for 200 laps is well under 1.5 x 0.05 s
     per_way = [line for line in r.stdout.splitlines() if line.lstrip().startswith("cring 2x1 (iters")]
     assert per_way and int(per_way[0].split("(iters ")[1].split(",")[0]) > 200, r.stdout
+    # the start-up subtracted from the wall-clock command, measured for each of its ways
     assert set(figures["startup_s"]) == {"default 2x1", "taskset 2x1", "local 2x1"}, figures
 
 
