@@ -170,15 +170,15 @@ class Command(Program):
     --check's regex in its output (group 1 where it has one), sorted, since ranks print in any order: a
     run is ok when it exits 0 and prints at least one, and its checksum is their digest, compared with the
     plain taskset run's as a pattern's is. Its time is --time's regex (seconds, group 1) where given, else
-    the whole run's wall clock, start-up included (which then weighs on every ratio)."""
+    the run's wall clock, less the way's start-up where `net` (one_run)."""
 
-    def __init__(self, name: str, cmdline: str, check: str, timing: str | None, iters: int) -> None:
+    def __init__(self, name: str, cmdline: str, check: str, timing: str | None, iters: int, net: bool = True) -> None:
         super().__init__(name, None)
         self.is_app = False
         self.cmd = shlex.split(cmdline)
         self.check, self.timing = re.compile(check), re.compile(timing) if timing else None
         self.iters, self.work = iters, 0
-        self.net = timing is None  # its wall clock, less the way's start-up (startup_s)
+        self.net = net and timing is None
 
     @property
     def label(self) -> str:
@@ -236,17 +236,17 @@ EMPTY: list[Command] = []  # set in main: the ring pattern for 1 lap, timed by i
 def startup_s(m: Manager, way: str, nranks: int, cpus: int) -> float:
     key = (way, nranks, cpus)
     if key not in STARTUP:
-        runs = [plain(EMPTY[0], nranks, cpus, way, 600) if way in PLAIN_WAYS else folded(m, EMPTY[0], nranks, cpus, way)
-                for _ in range(3)]  # fmt: skip
-        STARTUP[key] = statistics.median(r.seconds for r in runs)
+        STARTUP[key] = statistics.median(one_run(m, EMPTY[0], nranks, cpus, way).seconds for _ in range(3))
     return STARTUP[key]
 
 
-def net(m: Manager, prog: Program, nranks: int, cpus: int, way: str, r: Run) -> Run:
-    """A command's run timed by its wall clock, less the way's start-up (at least 1 ms)."""
-    if not isinstance(prog, Command) or not prog.net or r.capped:
-        return r
-    return replace(r, seconds=max(r.seconds - startup_s(m, way, nranks, cpus), 0.001))
+def one_run(m: Manager, prog: Program, nranks: int, cpus: int, way: str, cap: float = 600) -> Run:
+    """One run of `way`, plain or folded; a command timed by its wall clock is charged it less the way's
+    start-up (at least 1 ms)."""
+    r = plain(prog, nranks, cpus, way, cap) if way in PLAIN_WAYS else folded(m, prog, nranks, cpus, way)
+    if isinstance(prog, Command) and prog.net and not r.capped:
+        r = replace(r, seconds=max(r.seconds - startup_s(m, way, nranks, cpus), 0.001))
+    return r
 
 
 def plain(prog: Program, nranks: int, cpus: int, way: str, cap: float) -> Run:
@@ -308,7 +308,7 @@ def scaled(prog: Program, once: Callable[[], Run], min_s: float) -> Run:
 
 def calibrate(m: Manager, prog: Program, nranks: int, cpus: int, min_s: float) -> Run:
     """The folded run with default options, its iteration count scaled (see `scaled`)."""
-    return scaled(prog, lambda: net(m, prog, nranks, cpus, "default", folded(m, prog, nranks, cpus, "default")), min_s)
+    return scaled(prog, lambda: one_run(m, prog, nranks, cpus, "default"), min_s)
 
 
 def parse_shapes(spec: str) -> list[tuple[int, int]]:
@@ -423,8 +423,7 @@ def main() -> int:
                 p.error(f"unknown program {n!r}; patterns: {', '.join(PATTERNS)}; apps: {', '.join(APPS)}")
             programs.append(Program(n, None if n in APPS else exe))
         programs += commands
-        EMPTY.append(Command("start-up", f"{exe} ring 1 0", r'"ok": true', None, 0))
-        EMPTY[0].net = False
+        EMPTY.append(Command("start-up", f"{exe} ring 1 0", r'"ok": true', None, 0, net=False))
         rows = []
         with Manager(cpus=cpu_list(NODE)) as m:
             for prog in programs:
@@ -433,7 +432,7 @@ def main() -> int:
                         continue
                     runs: dict[str, list[Run]] = {"default": [calibrate(m, prog, nranks, cpus, args.min_s)]}
                     cap = max(CAP_MIN_S, CAP_FACTOR * runs["default"][0].seconds)
-                    runs["taskset"] = [net(m, prog, nranks, cpus, "taskset", plain(prog, nranks, cpus, "taskset", cap))]
+                    runs["taskset"] = [one_run(m, prog, nranks, cpus, "taskset", cap)]
                     order = ["default", "taskset", *(w for w in ways if w not in ("default", "taskset"))]
                     # Rounds interleaved, medians compared: the best of six ways is a minimum over noisy
                     # runs, so one run per way biases default/best upward by the noise alone.
@@ -444,12 +443,7 @@ def main() -> int:
                             if runs.get(way) and runs[way][-1].capped:  # once stopped, not run again
                                 runs[way].append(runs[way][-1])
                                 continue
-                            r = (
-                                plain(prog, nranks, cpus, way, cap)
-                                if way in PLAIN_WAYS
-                                else folded(m, prog, nranks, cpus, way)
-                            )
-                            runs.setdefault(way, []).append(net(m, prog, nranks, cpus, way, r))
+                            runs.setdefault(way, []).append(one_run(m, prog, nranks, cpus, way, cap))
                     rows.append(make_row(prog, nranks, cpus, args.reps, runs, args.min_s))
                     print_row(rows[-1], flush=True)
     return report(rows, args.plot)
