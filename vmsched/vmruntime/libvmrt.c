@@ -688,7 +688,12 @@ static int world_ok(void) {
 
 static void check_manager(void) {
     last_check_ns = now_ns();
-    if (pid_dead(vm.seg->header.manager_pid)) go_off("CPU manager died");
+    /* A manager that shut down set the flag before it exited: read the flag first, or a rank that
+     * finds the pid gone before it looks at the flag reports an orderly shutdown as a crash. */
+    if (__atomic_load_n(&vm.seg->header.shutdown, __ATOMIC_ACQUIRE))
+        go_off("CPU manager shut down");
+    else if (pid_dead(vm.seg->header.manager_pid))
+        go_off("CPU manager died");
 }
 
 /* ---------------------------------------------------------------------------------------------- */
