@@ -26,7 +26,7 @@ import sys
 import time
 from pathlib import Path
 
-from vmsched.vmruntime.supervisor import supervise
+from vmsched.vmruntime.supervisor import allow_priority_back, supervise
 
 # SIGTERM/SIGINT end the job (after the grace time, by force); SIGUSR1 is the user's own.
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)
@@ -57,6 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     redirect = '>>"$VMSCHED_OUT" 2>&1' if args.stderr == args.stdout else '>>"$VMSCHED_OUT" 2>>"$VMSCHED_ERR"'
     wrapper = ["/bin/sh", "-c", f'exec "$@" {redirect}', "vmsched-job", *command]
     env = {**os.environ, "VMSCHED_OUT": args.stdout, "VMSCHED_ERR": args.stderr}
+    allow_priority_back()  # as root, before the job becomes its user: its ranks inherit the limit
     as_user: dict[str, object] = {}
     if args.uid is not None and args.uid != os.geteuid():
         as_user = {"user": args.uid, "group": args.gid, "extra_groups": []}

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import resource
 import signal
 import subprocess
 import time
@@ -41,6 +42,28 @@ class Outcome:
     escalated: bool  # its processes were killed after the grace time
     removed_shm: list[str] = field(default_factory=list)  # left behind by the job, removed
     noted_shm: list[str] = field(default_factory=list)  # every segment its processes were seen to map
+
+
+NICE_FLOOR_LIMIT = 20  # RLIMIT_NICE 20: a process may set its nice value as low as 20 - 20 = 0, no lower
+
+
+def allow_priority_back() -> None:
+    """Let the job's ranks (which inherit this process's limits) raise their priority back to nice 0
+    after borrowing a CPU at nice 19 (libvmrt's `borrow_priority`). An unprivileged process may lower its
+    nice value only as far as RLIMIT_NICE allows, and its usual limit of 0 allows no lowering at all, so
+    without this an unprivileged rank borrows at its own priority. 20 allows nice 0 and nothing below:
+    no more than every process starts with. Raised as far as the hard limit lets (as root: to 20); a
+    limit already higher is kept."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NICE)
+    if soft == resource.RLIM_INFINITY or soft >= NICE_FLOOR_LIMIT:
+        return
+    if hard != resource.RLIM_INFINITY and hard < NICE_FLOOR_LIMIT and os.geteuid() == 0:
+        hard = NICE_FLOOR_LIMIT
+    new_soft = NICE_FLOOR_LIMIT if hard == resource.RLIM_INFINITY else min(NICE_FLOOR_LIMIT, hard)
+    try:
+        resource.setrlimit(resource.RLIMIT_NICE, (new_soft, hard))
+    except (ValueError, OSError):
+        pass  # the runtime then borrows at the rank's own priority
 
 
 def exit_status(returncode: int) -> int:

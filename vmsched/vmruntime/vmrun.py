@@ -30,7 +30,7 @@ from vmsched.cpumanager.client import CpuManagerClient
 from vmsched.cpumanager.shm_layout import DEFAULT_HEURISTIC, HEURISTIC_NAMES
 from vmsched.protocol import DaemonUnavailable, ProtocolError
 from vmsched.vmruntime.build import BuildError, library_path
-from vmsched.vmruntime.supervisor import supervise
+from vmsched.vmruntime.supervisor import allow_priority_back, supervise
 
 EXIT_VMRUN = 125
 EXIT_NO_MPIEXEC = 127
@@ -136,6 +136,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run(cfg: Config, job_id: int, args: argparse.Namespace, mpiexec: str, lib: Path) -> int:
     env = job_environment(cfg, job_id)
+    allow_priority_back()
     cmd = mpiexec_command(mpiexec, args.nranks, lib, args.command, env)
     try:
         # Own process group: a terminal's Ctrl-C reaches mpiexec once, through us.
