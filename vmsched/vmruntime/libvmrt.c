@@ -60,7 +60,7 @@
 #define VM_POLLS_BEFORE_YIELD 8 /* consecutive empty Test/Iprobe calls before giving way */
 #define VM_IDLE_PROGRESS 16     /* consecutive idle ucp_worker_progress calls from libmpi that are a wait */
 #define VM_BORROW_MS 5000       /* a token holder that made no MPI call this long may be run beside (borrow) */
-#define VM_BORROW_NICE 19       /* a borrower's nice value while it runs without a token */
+#define VM_BORROW_NICE 0        /* a borrower's nice value while it runs without a token (0: its own) */
 
 static vm_rank dummy_rank;     /* counters of an unregistered process */
 struct vm_state vm = {.me = &dummy_rank, .rank = -1};
@@ -158,12 +158,15 @@ static void read_tuning(void) {
                                                    (rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur >= (rlim_t)(20 - base_nice))));
 }
 
-/* A rank that borrows a CPU (may_borrow) runs at nice borrow_nice until it waits for a token again: beside
- * a holder that computes, it then takes about 1.5 % of the CPU rather than half (ep.W, 4 ranks on one CPU,
- * ran 10-40 % longer when its borrowers ran at the holder's priority), and beside one that polls memory
- * that is still enough to set the memory it polls. Only where it may raise its priority back (Linux nice
- * values are per thread; an unprivileged thread may lower its nice value only as far as RLIMIT_NICE
- * allows); otherwise it borrows at its own priority. */
+/* With VMRT_BORROW_NICE above its own nice value, a rank that borrows a CPU (may_borrow) runs at that nice
+ * value until it waits for a token again: beside a holder that computes it then takes about 1.5 % of the
+ * CPU at nice 19 rather than half. Not by default: the holders a borrower shares its CPUs with may be
+ * waiting for it, and ranks that wait hand their tokens round and stay runnable. A Slurm job (ep.W, 4
+ * ranks, in the suite under load) stood 150 s with one rank running without a token and 2.45 s of CPU
+ * and the other three waiting for it in an Allreduce, 7 million hand-offs each on the job's two CPUs
+ * (CI of ef937cd, 2026-11-28): a borrower at nice 19 gets some 0.5 % of a CPU beside three ranks at
+ * nice 0. Only where it may raise its priority back (Linux nice values are per thread; an unprivileged
+ * thread may lower its nice value only as far as RLIMIT_NICE allows); otherwise at its own priority. */
 static void borrow_priority(int low) {
     if (low == niced || !can_unnice || borrow_nice <= base_nice) return;
     if (setpriority(PRIO_PROCESS, 0, low ? borrow_nice : base_nice) == 0) niced = low;
@@ -470,8 +473,8 @@ static int another_runs(int t) {
 }
 
 /* A rank that could take token t runs without a token (it borrowed a CPU, or a new partition revoked its
- * token): the holder of t, with nobody waiting, frees t and sleeps rather than poll on beside it - a
- * borrower runs at a low priority, and would get little of the CPU the holder polls on. */
+ * token): the holder of t, with nobody waiting, frees t and sleeps rather than poll on beside it, taking
+ * half the CPU (or nearly all of it from a borrower at a low priority, VMRT_BORROW_NICE). */
 static int borrower_runs(int t) {
     int p = ntokens(), local = vm.job->queue == VM_QUEUE_LOCAL;
     for (int r = local && p > 0 ? t : 0; r < vm.nranks; r += local && p > 0 ? p : 1) {
@@ -762,10 +765,11 @@ static int holder_stuck(void) {
  * by a new partition). Nothing tells a holder that polls from one that computes, and a computing one
  * shared its CPU with the borrowers whose operations had completed: ep.W, 4 ranks on one CPU (whole
  * seconds between MPI calls), ran 0-40 % longer in 6 of 7 paired runs when they borrowed after 100 ms at
- * its priority, and 10-11 % longer after 2 s (2026-11-28). A borrower therefore runs at a low priority
- * (borrow_priority), and the holder it runs beside frees its token rather than poll on (borrower_runs);
- * but borrowers then share the CPU among themselves once the holder blocks, and ep.W still ran 2-45 %
- * longer after 500 ms (8 ranks on 2 CPUs: +40, +16, +2 %). Hence 5 s: a job whose ranks compute longer
+ * its priority, and 10-11 % longer after 2 s (2026-11-28). At a low priority (borrow_priority, with the
+ * holder it runs beside freeing its token rather than poll on: borrower_runs) borrowers still shared the
+ * CPU among themselves once the holder blocked, and ep.W ran 2-45 % longer after 500 ms (8 ranks on 2
+ * CPUs: +40, +16, +2 %); and a low priority starves a borrower that ranks waiting for it poll beside
+ * (see borrow_priority), so borrowers keep theirs by default. Hence 5 s: a job whose ranks compute longer
  * than that between MPI calls is time-shared from then on, and a program that polls memory waits 5 s
  * each time a folded rank must run first. VMRT_BORROW_MS sets the wait (0: never borrow). */
 static int may_borrow(void) {
