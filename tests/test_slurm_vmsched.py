@@ -4,6 +4,7 @@ and a cancelled job leaves nothing behind. Jobs are the apps of vmsched.apps, ve
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import select
@@ -66,12 +67,40 @@ def finished(v: VmschedCluster, *jobs: int, timeout: float = 150) -> None:
         wait_for(lambda: not v.cluster.run("squeue", "-h", "-j", ids, check=False).stdout.strip(), timeout=timeout,
                  interval=0.2, what=f"Slurm jobs {ids} to end")  # fmt: skip
     except pytest.fail.Exception:
-        # Seen once in the 27 runs of the suite logged on 2026-11-28: say where the jobs stood, next time.
+        # Seen twice on 2026-11-28 (the second time: one rank running without a token, starved, its
+        # queue-mates waiting for it; see the runtime README): say where the jobs and their ranks stood.
         queue = v.cluster.run("squeue", "-h", "-j", ids, check=False).stdout
         nodes = {n: v.cluster.run(str(BIN / "vmcpu"), "--json", "--state-dir", str(m.state_dir), check=False).stdout
                  for n, m in v.managers.items()}  # fmt: skip
         outs = {p.name: p.read_text(errors="replace")[-1500:] for p in sorted(v.cluster.root.glob("*.out"))}
-        pytest.fail(f"Slurm jobs {ids} did not end in {timeout} s\nsqueue: {queue}\nvmcpu: {nodes}\noutputs: {outs}")
+        ranks = "\n".join(rank_threads(v))
+        pytest.fail(f"Slurm jobs {ids} did not end in {timeout} s\nsqueue: {queue}\nvmcpu: {nodes}\noutputs: {outs}\n"
+                    f"rank threads:\n{ranks}")  # fmt: skip
+
+
+def rank_threads(v: VmschedCluster) -> list[str]:
+    """Every thread of every rank registered on a node: its state, nice value, CPU, allowed CPUs, CPU time
+    and where it sleeps in the kernel."""
+    lines = []
+    for node, m in v.managers.items():
+        for job in json.loads(v.cluster.run(str(BIN / "vmcpu"), "--json", "--state-dir", str(m.state_dir),
+                                            check=False).stdout or "{}").get("jobs", []):  # fmt: skip
+            for r in job.get("ranks", []):
+                try:
+                    threads = psutil.Process(r["pid"]).threads()
+                except psutil.Error:
+                    continue
+                for t in threads:
+                    task = Path(f"/proc/{r['pid']}/task/{t.id}")
+                    with contextlib.suppress(OSError):
+                        f = task.joinpath("stat").read_text().rsplit(")", 1)[1].split()
+                        allowed = [x for x in task.joinpath("status").read_text().splitlines()
+                                   if x.startswith("Cpus_allowed_list")]  # fmt: skip
+                        wchan = task.joinpath("wchan").read_text()
+                        lines.append(f"{node} job {job['job']} rank {r['rank']} tid {t.id}: state {f[0]} nice {f[16]} "
+                                     f"cpu {f[36]} {allowed[0] if allowed else ''} user {t.user_time:.2f} s "
+                                     f"system {t.system_time:.2f} s wchan {wchan}")  # fmt: skip
+    return lines
 
 
 def result(v: VmschedCluster, name: str) -> dict:
