@@ -268,9 +268,9 @@ def test_users_cannot_touch_each_others_jobs(node_factory):
     assert out.stat().st_uid == nobody.pw_uid, "the output file must be created by the job's user"
     uid, limits = out.read_text().splitlines()
     assert uid == str(nobody.pw_uid), "the job must run as the user who submitted it"
-    # Its ranks may raise their priority back to nice 0 after borrowing a CPU at nice 19, and no further:
-    # RLIMIT_NICE 20, where the launcher may raise it (this container's root lacks CAP_SYS_RESOURCE, and
-    # there the job keeps the launcher's limit; systemd sets it for the unit: LimitNICE=20).
+    # Its ranks may raise their priority back to nice 0 after borrowing a CPU at a lower one, and no
+    # further: RLIMIT_NICE 20, where the launcher may raise it (this container's root lacks
+    # CAP_SYS_RESOURCE, and there the job keeps the launcher's limit; systemd sets it: LimitNICE=+0).
     assert limits.split()[3] == nice_limit_a_launcher_gives(), limits
 
 

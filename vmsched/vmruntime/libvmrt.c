@@ -164,7 +164,7 @@ static void read_tuning(void) {
  * waiting for it, and ranks that wait hand their tokens round and stay runnable. A Slurm job (ep.W, 4
  * ranks, in the suite under load) stood 150 s with one rank running without a token and 2.45 s of CPU
  * and the other three waiting for it in an Allreduce, 7 million hand-offs each on the job's two CPUs
- * (CI of ef937cd, 2026-11-28): a borrower at nice 19 gets some 0.5 % of a CPU beside three ranks at
+ * (CI of ad46f26, 2026-11-28): a borrower at nice 19 gets some 0.5 % of a CPU beside three ranks at
  * nice 0. Only where it may raise its priority back (Linux nice values are per thread; an unprivileged
  * thread may lower its nice value only as far as RLIMIT_NICE allows); otherwise at its own priority. */
 static void borrow_priority(int low) {
