@@ -676,11 +676,15 @@ static void detach_slot(void) {
     vm.registered = 0;
 }
 
+/* The manager shut down (it sets the flag before it exits): go on as plain MPI. */
+static int manager_shut_down(void) {
+    if (!__atomic_load_n(&vm.seg->header.shutdown, __ATOMIC_ACQUIRE)) return 0;
+    go_off("CPU manager shut down");
+    return 1;
+}
+
 static int world_ok(void) {
-    if (__atomic_load_n(&vm.seg->header.shutdown, __ATOMIC_ACQUIRE)) {
-        go_off("CPU manager shut down");
-        return 0;
-    }
+    if (manager_shut_down()) return 0;
     if (!job_valid()) {
         go_off("job no longer in the table");
         detach_slot();
@@ -691,12 +695,9 @@ static int world_ok(void) {
 
 static void check_manager(void) {
     last_check_ns = now_ns();
-    /* A manager that shut down set the flag before it exited: read the flag first, or a rank that
-     * finds the pid gone before it looks at the flag reports an orderly shutdown as a crash. */
-    if (__atomic_load_n(&vm.seg->header.shutdown, __ATOMIC_ACQUIRE))
-        go_off("CPU manager shut down");
-    else if (pid_dead(vm.seg->header.manager_pid))
-        go_off("CPU manager died");
+    /* The flag first, or a rank that finds the pid gone before it looks at the flag reports an orderly
+     * shutdown as a crash. */
+    if (!manager_shut_down() && pid_dead(vm.seg->header.manager_pid)) go_off("CPU manager died");
 }
 
 /* ---------------------------------------------------------------------------------------------- */
