@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from vmsched.vmruntime.shmclean import MPICH_PREFIX, unmapped
+from vmsched.cpumanager.shm_layout import JOB_SHM_PREFIXES
+from vmsched.vmruntime.shmclean import unmapped
 from vmsched.vmruntime.testing import DaemonLeak, Manager
 
 BIN = Path(sys.executable).parent
@@ -134,12 +135,12 @@ def no_leftover_shm() -> Iterator[None]:
     assert not leaked, f"tests left shared memory behind: {sorted(leaked)}"
 
 
-def mpich_segments() -> dict[str, int]:
-    """MPICH's segments in /dev/shm: path -> inode (a name may be made again)."""
+def mpi_segments() -> dict[str, int]:
+    """MPICH's and UCX's segments in /dev/shm: path -> inode (a name may be made again)."""
     out = {}
     with os.scandir("/dev/shm") as entries:
         for e in entries:
-            if e.path.startswith(MPICH_PREFIX):
+            if e.path.startswith(JOB_SHM_PREFIXES):
                 try:
                     out[e.path] = e.inode()
                 except OSError:
@@ -153,22 +154,22 @@ SEGMENT_CLEANUP_S = 5.0
 
 
 @pytest.fixture(autouse=True)
-def no_leaked_mpich_segment() -> Iterator[None]:
-    """No MPICH segment that appeared during a test may be left unmapped after it: a job's killed ranks
+def no_leaked_mpi_segment() -> Iterator[None]:
+    """No MPICH or UCX segment that appeared during a test may be left unmapped after it: a job's killed ranks
     leave theirs, and whatever started the job must remove them. (A segment some other work on the
     node makes and still maps is not counted; one it abandons would be: run the suite alone.)"""
-    before = mpich_segments()
+    before = mpi_segments()
     yield
 
     def left() -> set[str]:
-        return unmapped({p for p, ino in mpich_segments().items() if before.get(p) != ino})
+        return unmapped({p for p, ino in mpi_segments().items() if before.get(p) != ino})
 
     deadline = time.monotonic() + SEGMENT_CLEANUP_S
     while (leaked := left()) and time.monotonic() < deadline:
         time.sleep(0.1)
     for path in leaked:  # the next tests should not trip over them
         Path(path).unlink(missing_ok=True)
-    assert not leaked, f"the test left MPICH segments behind: {sorted(leaked)}"
+    assert not leaked, f"the test left MPI segments behind: {sorted(leaked)}"
 
 
 @pytest.fixture

@@ -29,6 +29,10 @@ MAX_RANKS = 1024  # ranks of one job (slots of a job segment)
 NAME_LEN = 64  # bytes of a job segment's name, NUL included
 SHM_SUFFIX_LEN = 32  # bytes of a rank's MPICH segment name after MPICH_SHM_PREFIX, NUL included
 MPICH_SHM_PREFIX = "/dev/shm/mpich_shm_"  # MPICH's intranode segments (removed only in MPI_Finalize)
+# UCX's (MPICH's ch4:ucx device): unlinked right after they are made and attached through /proc/<pid>/fd,
+# so only a rank killed between the two leaves one (one did, in a run of the suite's supervisor tests).
+UCX_SHM_PREFIX = "/dev/shm/ucx_shm_posix_"
+JOB_SHM_PREFIXES = (MPICH_SHM_PREFIX, UCX_SHM_PREFIX)  # a job's segments that whoever started it may remove
 
 # Protocol constants shared with the runtime (generated into the C header).
 # rank.wake (a futex word): waits for a token / holds one (or must stop waiting) / sleeps in FUTEX_WAIT

@@ -1,7 +1,9 @@
 """MPICH's intranode segments (/dev/shm/mpich_shm_*) are removed at MPI_Finalize; a job whose ranks
 were killed leaves them behind. Whoever starts a job notes what its processes map while it runs and
 removes what is left once they are all gone (the same rule as vmsched.launcher.shim); a segment made
-and orphaned between two looks (ranks killed inside MPI_Init) is found at the end by `orphaned`.
+and orphaned between two looks (ranks killed inside MPI_Init) is found at the end by `orphaned`, and so
+is a segment of UCX's (/dev/shm/ucx_shm_posix_*, ch4:ucx), which UCX unlinks right after making it: only
+a rank killed in between leaves one, and no look can have seen it mapped under its name.
 So is hydra's topology file (/tmp/hydra_hwloc_xmlfile_*): mpiexec writes it for its proxies, a proxy
 holds it open and removes it when the job ends normally, and a job that calls MPI_Abort or is killed
 leaves it in /tmp (one per aborted job; the suite's abort tests left two per run)."""
@@ -16,6 +18,7 @@ import time
 
 import psutil
 
+from vmsched.cpumanager.shm_layout import JOB_SHM_PREFIXES
 from vmsched.cpumanager.shm_layout import MPICH_SHM_PREFIX as MPICH_PREFIX
 
 
@@ -89,8 +92,9 @@ CLOCK_SLACK_S = 0.05
 
 
 def orphaned(uid: int, since: float) -> set[str]:
-    """MPICH segments owned by `uid`, made or changed since `since` (wall clock, the job's start), that
-    no process maps: those of a job whose ranks were killed between two of its supervisor's looks.
+    """MPICH's and UCX's segments (JOB_SHM_PREFIXES) owned by `uid`, made or changed since `since` (wall
+    clock, the job's start), that no process maps: those of a job whose ranks were killed between two of
+    its supervisor's looks.
 
     Only what can be seen counts as unmapped: if the maps of a process that could map such a segment
     (one of `uid`'s or root's, but init, whose maps a container may hide even from root) cannot be
@@ -116,7 +120,7 @@ def _made_since(uid: int, since: float) -> set[str]:
     out = set()
     with os.scandir("/dev/shm") as entries:
         for e in entries:
-            if e.name.startswith(MPICH_PREFIX.removeprefix("/dev/shm/")):
+            if e.path.startswith(JOB_SHM_PREFIXES):
                 try:
                     st = e.stat(follow_symlinks=False)
                 except OSError:
