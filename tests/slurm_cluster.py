@@ -76,6 +76,9 @@ TaskPlugin=task/none
 SwitchType=switch/none
 MpiDefault=none
 SchedulerType=sched/backfill
+# Batch jobs scheduled at submission, not up to 3 s later (the default): a second sbatch on a busy node
+# pended 2.6 s, as long as the 4-rank ep.W it was to fold beside then ran (test_two_sbatch_jobs_...).
+SchedulerParameters=batch_sched_delay=0
 SelectType=select/cons_tres
 SelectTypeParameters=CR_CPU
 ReturnToService=2

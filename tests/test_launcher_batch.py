@@ -207,6 +207,7 @@ def test_job_script_directives_are_honoured_and_the_command_line_wins(node_facto
 def test_bad_batch_input_is_refused_and_stores_nothing(node_factory):
     node = node_factory("fcfs/fifo")
     keep = node.submit("-n", "1", "--time", "60s", "--", *send_app(3000))  # outlives the checks; cancelled
+    node.wait_state(keep, ("running",))  # started first: a start during the checks is no change of theirs
     before = node.stored_jobs()
     scripts = {
         "missing-arg.sh": ("#VMSCHED -n\ntrue\n", "line 1: argument -n/--ntasks: expected one argument"),

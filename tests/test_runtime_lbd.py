@@ -89,9 +89,12 @@ def remeasuring_manager(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ma
 
 
 def test_lbd_decides_again_when_the_imbalance_ends(manager: Manager) -> None:
-    # 30 imbalanced iterations, then 270 balanced ones: about 10 re-check windows; on a loaded node a
-    # balanced send.S reads 4-13 % per window on the global queue, so a move needs a few of them.
-    seen, decisions = run_watched(manager, 601, send_cmd("50x6", 300, "0:30"))
+    # 60 imbalanced iterations, then 640 balanced ones: some 10 re-check windows or more; on a loaded
+    # node a balanced send.S reads 4-13 % per window on the global queue, so a move needs a few of them.
+    # (30 and 270 ran 2.5 s on a faster node, 2026-11-28, and failed 5 runs of 19: the imbalance ended
+    # before the reverse trial did, which then kept local queues, or the balanced part before the
+    # re-checks had moved the job.)
+    seen, decisions = run_watched(manager, 601, send_cmd("50x6", 700, "0:60"))
     # Imbalanced at first: a reverse trial on local queues, which they fail.
     assert decisions[0][1] >= 0.10 and decisions[0][2] == "reverse_trial", decisions
     assert decisions[1][:1] == ("global",) and decisions[1][2] == "local_slower", decisions

@@ -111,8 +111,11 @@ def test_calls_that_wait_long_sleep_though_each_wait_for_the_token_is_short(patt
     test failed), and a ring of 16 on 8 CPUs of a 16-core machine ran 2.2x as long as sleeping at once
     (vmsched/vmruntime/README.md, "Sixteen cores, again")."""
     with Manager(cpus="0-1") as two:
-        per = folded(two, patterns, tmp_path, ["ring", "3000", "0"], nranks=8)
-    # Measured: calls waited 76-87 us on average; 1.00 sleeps and 0.004-0.013 yields per hand-off.
+        per = folded(two, patterns, tmp_path, ["ring", "3000", "5"], nranks=8)
+    # Measured: calls waited 76-87 us on average; 1.00 sleeps and 0.004-0.013 yields per hand-off. On a
+    # faster node (2026-11-28) the ring without work waited 51-53 us, its average dipped under the 30-us
+    # bound often enough to yield 0.55-0.97 times per hand-off in 4 runs of 7, and this test failed; with
+    # 5 units of work per lap each hop is longer (calls waited 69-70 us, 0.01-0.02 yields per hand-off).
     assert per["call_wait_us"] > 40, per
     assert per["sleeps"] > 0.8 and per["yields"] < 0.3, per
 
