@@ -73,18 +73,17 @@ def finished(v: VmschedCluster, *jobs: int, timeout: float = 150) -> None:
         nodes = {n: v.cluster.run(str(BIN / "vmcpu"), "--json", "--state-dir", str(m.state_dir), check=False).stdout
                  for n, m in v.managers.items()}  # fmt: skip
         outs = {p.name: p.read_text(errors="replace")[-1500:] for p in sorted(v.cluster.root.glob("*.out"))}
-        ranks = "\n".join(rank_threads(v))
+        ranks = "\n".join(rank_threads(nodes))
         pytest.fail(f"Slurm jobs {ids} did not end in {timeout} s\nsqueue: {queue}\nvmcpu: {nodes}\noutputs: {outs}\n"
                     f"rank threads:\n{ranks}")  # fmt: skip
 
 
-def rank_threads(v: VmschedCluster) -> list[str]:
-    """Every thread of every rank registered on a node: its state, nice value, CPU, allowed CPUs, CPU time
-    and where it sleeps in the kernel."""
+def rank_threads(nodes: dict[str, str]) -> list[str]:
+    """Every thread of every rank registered on a node (`nodes`: each node's `vmcpu --json`): its state,
+    nice value, CPU, allowed CPUs, CPU time and where it sleeps in the kernel."""
     lines = []
-    for node, m in v.managers.items():
-        for job in json.loads(v.cluster.run(str(BIN / "vmcpu"), "--json", "--state-dir", str(m.state_dir),
-                                            check=False).stdout or "{}").get("jobs", []):  # fmt: skip
+    for node, shown in nodes.items():
+        for job in json.loads(shown or "{}").get("jobs", []):
             for r in job.get("ranks", []):
                 try:
                     threads = psutil.Process(r["pid"]).threads()

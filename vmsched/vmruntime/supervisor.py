@@ -50,10 +50,10 @@ NICE_FLOOR_LIMIT = 20  # RLIMIT_NICE 20: a process may set its nice value as low
 def allow_priority_back() -> None:
     """Let the job's ranks (which inherit this process's limits) raise their priority back to nice 0
     after borrowing a CPU at a lower one (`VMRT_BORROW_NICE`, libvmrt's `borrow_priority`; by default a
-    borrower keeps its priority). An unprivileged process may lower its
-    nice value only as far as RLIMIT_NICE allows, and its usual limit of 0 allows no lowering at all, so
-    without this an unprivileged rank borrows at its own priority. 20 allows nice 0 and nothing below:
-    no more than every process starts with. Raised as far as the hard limit lets (as root: to 20); a
+    borrower keeps its priority). An unprivileged process may lower its nice value only as far as
+    RLIMIT_NICE allows, and its usual limit of 0 allows no lowering at all, so without this an
+    unprivileged rank borrows at its own priority. 20 allows nice 0 and nothing below: no more than
+    every process starts with. Raised as far as the hard limit lets (as root: to 20); a
     limit already higher is kept."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NICE)
     if soft == resource.RLIM_INFINITY or soft >= NICE_FLOOR_LIMIT:
