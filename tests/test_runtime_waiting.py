@@ -39,11 +39,11 @@ def manager() -> Iterator[Manager]:
 
 
 def folded(manager: Manager, patterns: Path, tmp_path: Path, argv: list[str], nranks: int = 4,
-           **env: str) -> dict[str, float]:  # fmt: skip
+           iters: int | None = None, **env: str) -> dict[str, float]:  # fmt: skip
     """Run a pattern folded on local queues, 4 ranks on one CPU (or `nranks` on the manager's CPUs, 4 per
     CPU); per hand-off of a token, how many sleeps in the kernel, free tokens taken, yields and repeated
-    tests, and the hand-offs per rank and iteration; and the mean wait of a call that waited (us). The
-    result must be the unfolded run's."""
+    tests, and the hand-offs per rank and iteration (`iters`, by default argv[1]); and the mean wait of a
+    call that waited and of a wait for the token (us). The result must be the unfolded run's."""
     stats = tmp_path / "stats.jsonl"
     stats.unlink(missing_ok=True)
     cmd = vmrun_cmd(manager.state_dir, nranks, 4, [str(patterns), *argv], queue="local")
@@ -61,7 +61,10 @@ def folded(manager: Manager, patterns: Path, tmp_path: Path, argv: list[str], nr
     per = {k: sum(s[k] for s in ranks) / handoffs for k in counted}
     waited = sum(s["call_waits"] for s in ranks)
     mean_us = sum(s["call_wait_mean_us"] * s["call_waits"] for s in ranks) / max(waited, 1)
-    return per | {"per_rank_iter": handoffs / nranks / int(argv[1]), "call_wait_us": mean_us}
+    tokens = sum(s["token_waits"] for s in ranks)
+    token_us = sum(s["token_wait_mean_us"] * s["token_waits"] for s in ranks) / max(tokens, 1)
+    iters = iters or int(argv[1])
+    return per | {"per_rank_iter": handoffs / nranks / iters, "call_wait_us": mean_us, "token_wait_us": token_us}
 
 
 NO_REPOLLS = {"VMRT_REPOLLS": "0", "VMRT_REPOLLS_OPAQUE": "0"}
@@ -102,22 +105,24 @@ def test_ranks_whose_waits_are_long_sleep_at_once(manager, patterns, tmp_path):
     assert per["sleeps"] > 0.8 and per["claims"] < 0.2, per
 
 
-def test_calls_that_wait_long_sleep_though_each_wait_for_the_token_is_short(patterns, tmp_path):
-    """A ring of 8 on 2 CPUs: ranks 0, 2, 4, 6 share one CPU and 1, 3, 5, 7 the other, so every hop
-    crosses CPUs and each rank's receive waits 7 hops. Meanwhile its queue-mates, all waiting for messages
-    from the other CPU, pass the token between them, each holding it a few microseconds. The short-wait
+def test_calls_that_wait_long_sleep_though_each_wait_for_the_token_is_short(tmp_path):
+    """4 ranks on 2 CPUs, a ring whose odd ranks spend 100 us of CPU time between their receive and their
+    send (tests/c/slow_hops.c): ranks 0 and 2 share one CPU and each of their receives waits for two slow
+    hops on the other, while they pass their token back and forth, neither able to go on. The short-wait
     rule reads the average wait of whole MPI calls, so these ranks sleep at once. Fed each wait for the
-    token, as it was, it yielded through them: 1.2-1.6 yields and 0.76-0.81 sleeps per hand-off here (this
-    test failed), and a ring of 16 on 8 CPUs of a 16-core machine ran 2.2x as long as sleeping at once
-    (vmsched/vmruntime/README.md, "Sixteen cores, again")."""
+    token, as it was, it yielded through them, and a ring of 16 on 8 CPUs of a 16-core machine ran 2.2x
+    as long as sleeping at once (vmsched/vmruntime/README.md, "Sixteen cores, again"). The slow hops are
+    CPU time, not work units, so that calls wait as long on any node: a plain ring of 8 on 2 CPUs, the
+    test's program until 2026-11-28, waited 76-87 us per call on one node and 35-54 us on a 2.5x faster
+    one, where calls that near the rule's 30-us bound yielded under either rule."""
+    exe = compile_c_program(REPO / "tests" / "c" / "slow_hops.c", tmp_path)
     with Manager(cpus="0-1") as two:
-        per = folded(two, patterns, tmp_path, ["ring", "3000", "5"], nranks=8)
-    # Measured: calls waited 76-87 us on average; 1.00 sleeps and 0.004-0.013 yields per hand-off. On a
-    # faster node (2026-11-28) the ring without work waited 51-53 us, its average dipped under the 30-us
-    # bound often enough to yield 0.55-0.97 times per hand-off in 4 runs of 7, and this test failed; with
-    # 5 units of work per lap each hop is longer (calls waited 69-70 us, 0.01-0.02 yields per hand-off).
-    assert per["call_wait_us"] > 40, per
-    assert per["sleeps"] > 0.8 and per["yields"] < 0.3, per
+        per = folded(two, exe, tmp_path, ["2000", "100"], iters=2000)
+    # Measured (2026-11-28): calls waited 179-183 us and each wait for the token 11 us on average; 1.00
+    # sleeps, 0.01 yields and 0.00 claims per hand-off. Under the old rule, rebuilt for the purpose: the
+    # same waits, 0.90 sleeps, 15.6-16.0 yields and 0.10 claims per hand-off.
+    assert per["call_wait_us"] > 90 and per["token_wait_us"] < per["call_wait_us"] / 4, per  # the premise
+    assert per["sleeps"] > 0.95 and per["yields"] < 0.3 and per["claims"] < 0.05, per
 
 
 def test_without_a_yield_window_every_wait_sleeps(manager, patterns, tmp_path):

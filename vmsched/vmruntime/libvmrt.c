@@ -126,6 +126,8 @@ static int niced;        /* it runs at borrow_nice now */
 static double avg_call_wait_ns;  /* moving average of this rank's MPI calls' waits (vm_call_waited) */
 static unsigned long call_waits, call_waits_over[2]; /* calls that waited; ... over 30 and over 100 us */
 static double call_wait_sum_ns;  /* (for stats) */
+static unsigned long token_waits; /* waits for a token (block), each a part of a call's wait (for stats) */
+static double token_wait_sum_ns; /* (for stats: what the short-wait rule averaged before vm_call_waited) */
 static int all_joined;           /* every rank of the job has registered (see yield_token) */
 static unsigned long yields, sleeps, claims; /* waits by yielding, sleeps in the kernel, free tokens taken */
 static unsigned long lock_yields, other_yields; /* yields waiting for rt_lock; sched_yield calls passed on */
@@ -878,6 +880,8 @@ static void block(void) {
         }
     }
     vm.wait.resumed = now_ns();
+    token_waits++;
+    token_wait_sum_ns += (double)(vm.wait.resumed - t0);
     if (!world_ok()) return;
     vm.me->state = VM_RANK_RUNNING;
     vm.me->cpu = sched_getcpu();
@@ -1443,14 +1447,15 @@ static void write_stats(const char *why) {
                      "\"lock_yields\":%lu,\"other_yields\":%lu,\"repolls\":%lu,\"starved_handoffs\":%lu,\"fed_grants\":%lu,\"borrows\":%lu,"
                      "\"generations\":%u,\"idle_progress_waits\":%lu,\"off\":\"%s\","
                      "\"reclaimed\":%u,\"unconsumed\":%lld,\"sent_not_consumed\":%lld,\"call_waits\":%lu,\"call_wait_mean_us\":%.1f,"
-                     "\"call_waits_over_30us\":%lu,\"call_waits_over_100us\":%lu,\"calls\":{",
+                     "\"call_waits_over_30us\":%lu,\"call_waits_over_100us\":%lu,\"token_waits\":%lu,\"token_wait_mean_us\":%.1f,"
+                     "\"calls\":{",
                      vm.rank, (int)vm.pid, (int)vm.job_id, mode, why, (unsigned long long)vm.me->mpi_calls,
                      (unsigned long long)vm.me->blocking_calls, (unsigned long long)vm.me->ctx_switches, yields, sleeps,
                      claims, lock_yields, other_yields, repolls, starved_handoffs, fed_grants, borrows, generations, idle_progresses,
                      off_why, reclaimed, (long long)__atomic_load_n(&vm.me->unconsumed, __ATOMIC_RELAXED),
                      (long long)__atomic_load_n(&vm.me->sent_not_consumed, __ATOMIC_RELAXED),
                      call_waits, call_waits ? call_wait_sum_ns / call_waits / 1000.0 : 0.0, call_waits_over[0],
-                     call_waits_over[1]);
+                     call_waits_over[1], token_waits, token_waits ? token_wait_sum_ns / token_waits / 1000.0 : 0.0);
     static const char *names[] = {
 #define VM_FUNC_NAME(name) #name,
         VM_FUNCS(VM_FUNC_NAME)
