@@ -2,7 +2,8 @@
 operation again before it hands its token on while messages sent to it have not been received, or a few
 times where its counters cannot tell (repolling); a rank whose MPI calls have waited briefly yields its
 CPU first and sleeps in the kernel only after the window, and queue-mates that all yield take a free
-token when they can go on; a rank whose calls wait long sleeps at once. Counted, not timed: the runtime's
+token when they can go on; a rank whose calls wait long sleeps at once; on the global queue ranks sleep
+at once but while the LBD measures, when they yield first too. Counted, not timed: the runtime's
 per-rank counters (VMRT_STATS), 4 ranks folded on one CPU (8 on 2 CPUs where the waits cross CPUs)."""
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from vmsched.vmruntime.testing import (
     compile_c_program,
     end_job,
     job_ranks,
+    lbd_decisions,
     mpiexec,
     read_stats,
     vmrun_cmd,
@@ -39,14 +41,16 @@ def manager() -> Iterator[Manager]:
 
 
 def folded(manager: Manager, patterns: Path, tmp_path: Path, argv: list[str], nranks: int = 4,
-           iters: int | None = None, **env: str) -> dict[str, float]:  # fmt: skip
-    """Run a pattern folded on local queues, 4 ranks on one CPU (or `nranks` on the manager's CPUs, 4 per
-    CPU); per hand-off of a token, how many sleeps in the kernel, free tokens taken, yields and repeated
-    tests, and the hand-offs per rank and iteration (`iters`, by default argv[1]); and the mean wait of a
-    call that waited and of a wait for the token (us). The result must be the unfolded run's."""
+           iters: int | None = None, queue: str | None = "local", job_id: int | None = None,
+           **env: str) -> dict[str, float]:  # fmt: skip
+    """Run a pattern folded on local queues (or `queue`; None: the manager's default, the LBD), 4 ranks on
+    one CPU (or `nranks` on the manager's CPUs, 4 per CPU); per hand-off of a token, how many sleeps in
+    the kernel, free tokens taken, yields and repeated tests, and the hand-offs per rank and iteration
+    (`iters`, by default argv[1]); and the mean wait of a call that waited and of a wait for the token
+    (us). The result must be the unfolded run's."""
     stats = tmp_path / "stats.jsonl"
     stats.unlink(missing_ok=True)
-    cmd = vmrun_cmd(manager.state_dir, nranks, 4, [str(patterns), *argv], queue="local")
+    cmd = vmrun_cmd(manager.state_dir, nranks, 4, [str(patterns), *argv], queue=queue, job_id=job_id)
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=300,
                        env={**manager.env(), "VMRT_STATS": str(stats), **env})  # fmt: skip
     assert r.returncode == 0, r.stderr[-2000:]
@@ -123,6 +127,22 @@ def test_calls_that_wait_long_sleep_though_each_wait_for_the_token_is_short(tmp_
     # same waits, 0.90 sleeps, 15.6-16.0 yields and 0.10 claims per hand-off.
     assert per["call_wait_us"] > 90 and per["token_wait_us"] < per["call_wait_us"] / 4, per  # the premise
     assert per["sleeps"] > 0.95 and per["yields"] < 0.3 and per["claims"] < 0.05, per
+
+
+def test_the_global_queue_yields_while_the_detector_measures(patterns, tmp_path):
+    """A ring of 4 on 2 CPUs under the LBD, short enough to end in its first window. Elsewhere the global
+    queue sleeps at once, whatever the short-wait rule says, and while the LBD measures the average cannot
+    tell: asleep, each hop wakes a rank on an idle CPU, the calls wait long, and the rule kept the ring
+    asleep (vmsched/vmruntime/README.md, "Yielding while the detector measures"). So there every wait
+    yields first. On a fixed global queue, which nothing measures, none does."""
+    with Manager(cpus="0-1") as two:
+        per = folded(two, patterns, tmp_path, ["ring", "1000", "0"], queue=None, job_id=611)
+        assert lbd_decisions(two.log_path.read_text(), 611) == "undecided"  # it ended in its first window
+        fixed = folded(two, patterns, tmp_path, ["ring", "1000", "0"], queue="global")
+    # Measured (2000 laps): 4.0 yields and 0.007 sleeps per hand-off, 0.034 s; with VMRT_MEASURE_YIELD=0,
+    # 0.78-0.90 sleeps per hand-off, 0.149 s; fixed global: no yield, 1.00 sleeps, 0.18-0.19 s.
+    assert per["yields"] > 1 and per["sleeps"] < 0.2, per
+    assert fixed["yields"] == 0 and fixed["sleeps"] > 0.9, fixed
 
 
 def test_without_a_yield_window_every_wait_sleeps(manager, patterns, tmp_path):

@@ -269,7 +269,8 @@ def c_header() -> str:
         "HEUR_RR": HEUR_RR, "HEUR_PROGRESS": HEUR_PROGRESS, "RANK_FREE": RANK_FREE, "RANK_RUNNING": RANK_RUNNING,
         "RANK_WAITING": RANK_WAITING, "RANK_DONE": RANK_DONE, "RFLAG_EXTERNAL": RFLAG_EXTERNAL,
         "RFLAG_SCHEDULED": RFLAG_SCHEDULED, "WAIT_OPAQUE": WAIT_OPAQUE, "WAIT_RECV": WAIT_RECV,
-        "WAIT_SEND": WAIT_SEND,
+        "WAIT_SEND": WAIT_SEND, "LBD_OFF": LBD_OFF, "LBD_MEASURING": LBD_MEASURING, "LBD_STABLE": LBD_STABLE,
+        "LBD_DECIDED": LBD_DECIDED,
     }  # fmt: skip
     lines += [f"#define VM_{k} {v}" for k, v in consts.items()]
     for struct, cname in C_STRUCTS.items():

@@ -16,8 +16,9 @@
  * vm_idle: MPICH takes in about one message per progress poll). A rank whose operation still cannot
  * complete hands its token on, sets its own wake word to VM_WAKE_WAIT and state to WAITING (still under
  * the lock), and waits in two phases. On a local queue, if its recent MPI calls waited briefly
- * (fine-grained exchanges), it first yields its CPU (word VM_WAKE_YIELD) during the first
- * VM_YIELD_WAIT_US of its MPI call, looking at its word between yields; then it swaps the word to
+ * (fine-grained exchanges), and on the global queue while the LBD measures the job, it first yields its
+ * CPU (word VM_WAKE_YIELD) during the first VM_YIELD_WAIT_US of its MPI call, looking at its word
+ * between yields (and taking a free token it may take); then it swaps the word to
  * VM_WAKE_SLEEP and sleeps in FUTEX_WAIT(wake, VM_WAKE_SLEEP). The giver of a token swaps the receiver's
  * word to VM_WAKE_RUN and sends a FUTEX_WAKE only if the old value was VM_WAKE_SLEEP: one atomic swap
  * each side, so a wake-up cannot be lost, and a hand-off to a rank that yields costs no
@@ -111,11 +112,13 @@ static void real_yield(void) { syscall(SYS_sched_yield); }
 /* Two-phase waiting and repolling (see Blocking above). For experiments, VMRT_YIELD_WAIT_US overrides the
  * window (0: always sleep at once, the protocol before it), VMRT_YIELD_WAIT_MAX_AVG_US the short-wait
  * rule's bound on a call's average wait, VMRT_REPOLLS and VMRT_REPOLLS_OPAQUE the repolls (0: hand off
- * at the first failed test), VMRT_SKIP_STARVED=0 plain round robin on local queues (next_local); read
- * once, in vm_init. */
+ * at the first failed test), VMRT_SKIP_STARVED=0 plain round robin on local queues (next_local),
+ * VMRT_MEASURE_YIELD=0 no yielding on the global queue while the LBD measures (yield_wait); read once, in
+ * vm_init. */
 static int yield_wait_us = VM_YIELD_WAIT_US;
 static double yield_wait_max_avg_ns = VM_YIELD_WAIT_MAX_AVG_US * 1000.0;
 static int repolls_counted = VM_REPOLLS, repolls_opaque = VM_REPOLLS_OPAQUE;
+static int measure_yield = 1;   /* the global queue yields too while the LBD measures (yield_wait) */
 static int skip_starved = 1;     /* local round robin passes over starved queue-mates (next_local) */
 static int free_starved = 1;     /* global queue: a token nobody but starved ranks could take is freed */
 static int borrow_ms = VM_BORROW_MS; /* 0: a waiting rank never runs beside a holder (may_borrow) */
@@ -150,6 +153,7 @@ static void read_tuning(void) {
     repolls_counted = env_int("VMRT_REPOLLS", VM_REPOLLS);
     repolls_opaque = env_int("VMRT_REPOLLS_OPAQUE", VM_REPOLLS_OPAQUE);
     skip_starved = env_int("VMRT_SKIP_STARVED", 1);
+    measure_yield = env_int("VMRT_MEASURE_YIELD", 1);
     free_starved = env_int("VMRT_FREE_STARVED", 1);
     borrow_ms = env_int("VMRT_BORROW_MS", VM_BORROW_MS);
     borrow_nice = env_int("VMRT_BORROW_NICE", VM_BORROW_NICE);
@@ -820,11 +824,24 @@ static void yield_wait(void) {
      * (2.41 s against 1.08 s; plain MPICH by taskset 0.81 s; this rule itself is not measured there
      * yet). On 2 CPUs the two averages choose alike but for a few medium-grained cases (8 ranks of a
      * tree, of random pairs, of an all-to-all), whose times moved within their noise. */
-    if (yield_wait_us <= 0 || avg_call_wait_ns >= yield_wait_max_avg_ns) return;
-    /* Local queues only: on the global queue a rank's CPU time must stay its work (the LBD reads idleness
-     * from it there), and one that yields takes CPU from the rank computing beside it (a balanced
-     * send.S read IP 7-8 % in every re-check window, above the 7 % that moves it to local queues). */
-    if (vm.job->queue != VM_QUEUE_LOCAL) return;
+    uint32_t phase = __atomic_load_n(&vm.job->lbd_phase, __ATOMIC_RELAXED);
+    int measuring =
+        measure_yield && vm.job->queue != VM_QUEUE_LOCAL && (phase == VM_LBD_MEASURING || phase == VM_LBD_STABLE);
+    if (yield_wait_us <= 0 || (!measuring && avg_call_wait_ns >= yield_wait_max_avg_ns)) return;
+    /* Otherwise local queues only: on the global queue a rank's CPU time must stay its work (the LBD reads
+     * idleness from it there), and one that yields takes CPU from the rank computing beside it (a
+     * balanced send.S read IP 7-8 % in every re-check window, above the 7 % that moves it to local queues).
+     * But while the LBD measures (the first window, and a decided-local job's re-measure windows) the
+     * global queue yields too, whatever the average: there the average cannot tell. Asleep at once, a
+     * ring of 4 on 2 CPUs waits 35-80 us per call on the global queue (each hop wakes a rank on an idle
+     * CPU), above the 30-us bound, so the rule kept it asleep; yielding, its calls wait 11 us (20,000
+     * laps: 1.78 s asleep, 0.29 s yielding, local queues 0.155 s; 2026-11-28, a 2-CPU AMD EPYC VM). That
+     * window is what a fine-grained job pays before it reaches local queues: default / local queues, ring
+     * 4x2 1.106 -> 1.044, ring-rev 4x2 1.23 -> 1.12 (medians of 5 and 4). The yields are CPU time the
+     * LBD reads as work, at most the window's 100 us per call: nothing to jobs whose waits are long
+     * (send.50x6 read IP 39-40 % either way, a balanced send.S 3.1-3.5 % against 3.2-4.2 %); fine-grained
+     * ones read less, towards local queues, which their local trial then judges as before. */
+    if (vm.job->queue != VM_QUEUE_LOCAL && !measuring) return;
     int64_t until = vm.wait.since + (int64_t)yield_wait_us * 1000;
     uint32_t w = VM_WAKE_WAIT;
     if (now_ns() >= until ||
@@ -838,6 +855,8 @@ static void yield_wait(void) {
         /* Take a free token of our queue only if we may go on: our message has arrived, or the counters
          * cannot tell (a collective, a poll, a send); otherwise the queue-mate whose message has arrived runs. */
         int mine = p > 0 && vm.job->queue == VM_QUEUE_LOCAL && vm.rt->rt.holder[vm.rank % p] < 0 && !starved(vm.me);
+        if (vm.job->queue != VM_QUEUE_LOCAL && !starved(vm.me)) /* global: any free token */
+            mine = __atomic_load_n(&vm.rt->rt.rt_tokens_free, __ATOMIC_ACQUIRE) > 0;
         if (mine || __atomic_load_n(&vm.job->generation, __ATOMIC_ACQUIRE) != vm.rt->rt.rt_generation) {
             look_around(0);
             if (vm.me->has_token) return;
