@@ -61,7 +61,8 @@ its windows.
 
 Yields in the window (the runtime's, 2026-11-28): while a job measures (LBD_MEASURING, LBD_STABLE: its
 first window, and a decided-local job's re-measure windows), its ranks on the global queue yield their
-CPU for up to the first 100 us of each MPI call that waits before they sleep, as on local queues. That
+CPU for up to the first 100 us of each MPI call that waits for a receive or a send before they sleep, as
+on local queues (collectives sleep at once). That
 CPU time reads as work here. It is nothing beside waits of milliseconds (send.50x6 read IP 39-40 % with
 and without it, a balanced send.S 3.1-3.5 % against 3.2-4.2 %); fine-grained jobs read less idleness,
 towards the local queues they run faster on (a ring of 4 on 2 CPUs 1.1-6.1 % against 1.3-9.1 %), and
