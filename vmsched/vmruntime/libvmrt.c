@@ -19,9 +19,9 @@
  * (fine-grained exchanges), and on the global queue in a counted wait (not a collective) while the LBD
  * measures the job, it first yields its CPU (word VM_WAKE_YIELD) during the first VM_YIELD_WAIT_US of
  * its MPI call, looking at its word between yields (and taking a free token it may take); then it swaps
- * the word to VM_WAKE_SLEEP and sleeps in FUTEX_WAIT(wake, VM_WAKE_SLEEP). The giver of a token swaps the receiver's
- * word to VM_WAKE_RUN and sends a FUTEX_WAKE only if the old value was VM_WAKE_SLEEP: one atomic swap
- * each side, so a wake-up cannot be lost, and a hand-off to a rank that yields costs no
+ * the word to VM_WAKE_SLEEP and sleeps in FUTEX_WAIT(wake, VM_WAKE_SLEEP). The giver of a token swaps
+ * the receiver's word to VM_WAKE_RUN and sends a FUTEX_WAKE only if the old value was VM_WAKE_SLEEP: one
+ * atomic swap each side, so a wake-up cannot be lost, and a hand-off to a rank that yields costs no
  * system call but the giver's own sched_yield (bench/handoff.py: a yield 1.2 us, a futex wake and wait
  * as the runtime sleeps 3.0 us). A token whose queue-mates all yield is left free, and the first of them
  * that runs and may go on takes it (its awaited message has arrived, or the counters cannot tell): the
@@ -834,18 +834,18 @@ static void yield_wait(void) {
      * balanced send.S read IP 7-8 % in every re-check window, above the 7 % that moves it to local queues).
      * But while the LBD measures (the first window, and a decided-local job's re-measure windows) the
      * global queue yields too, whatever the average, in waits the counters can judge (a receive, a send):
-     * there the average cannot tell. Asleep at once, a
-     * ring of 4 on 2 CPUs waits 35-80 us per call on the global queue (each hop wakes a rank on an idle
-     * CPU), above the 30-us bound, so the rule kept it asleep; yielding, its calls wait 11 us (20,000
-     * laps: 1.78 s asleep, 0.29 s yielding, local queues 0.155 s; 2026-11-28, a 2-CPU AMD EPYC VM). That
-     * window is what a fine-grained job pays before it reaches local queues: default / local queues, ring
-     * 4x2 1.106 -> 1.044, ring-rev 4x2 1.23 -> 1.12 (medians of 5 and 4). The yields are CPU time the
-     * LBD reads as work, at most the window's 100 us per call: nothing to jobs whose waits are long
-     * (send.50x6 read IP 39-40 % either way, a balanced send.S 3.1-3.5 % against 3.2-4.2 %); fine-grained
-     * ones read less, towards local queues, which their local trial then judges as before. Not in
-     * collectives and MPICH's own loops (opaque waits), whose holders progress the collective while a
-     * rank yields beside them: an all-to-all of 0.3 s, 4x2, medians of 6: 0.262 s asleep, 0.289 s
-     * yielding in every wait, 0.269 s yielding in counted waits only; a ring 1.526 and 1.515 s. */
+     * there the average cannot tell. Asleep at once, a ring of 4 on 2 CPUs waits 35-80 us per call on the
+     * global queue (each hop wakes a rank on an idle CPU), above the 30-us bound, so the rule kept it
+     * asleep; yielding, its calls wait 11 us (20,000 laps: 1.78 s asleep, 0.29 s yielding, local queues
+     * 0.155 s; 2026-11-28, a 2-CPU AMD EPYC VM). That window is what a fine-grained job pays before it
+     * reaches local queues: default / local queues, ring 4x2 1.106 -> 1.044, ring-rev 4x2 1.23 -> 1.12
+     * (medians of 5 and 4). The yields are CPU time the LBD reads as work, at most the window's 100 us per
+     * call: nothing to jobs whose waits are long (send.50x6 read IP 39-40 % either way, a balanced send.S
+     * 3.1-3.5 % against 3.2-4.2 %); fine-grained ones read less, towards local queues, which their local
+     * trial then judges as before. Not in collectives and MPICH's own loops (opaque waits), whose holders
+     * progress the collective while a rank yields beside them: an all-to-all of 0.3 s, 4x2, medians of 6:
+     * 0.262 s asleep, 0.289 s yielding in every wait, 0.269 s yielding in counted waits only; a ring 1.526
+     * and 1.515 s. */
     if (vm.job->queue != VM_QUEUE_LOCAL && !measuring) return;
     int64_t until = vm.wait.since + (int64_t)yield_wait_us * 1000;
     uint32_t w = VM_WAKE_WAIT;
