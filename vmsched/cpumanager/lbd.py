@@ -62,12 +62,12 @@ its windows.
 Yields in the window (the runtime's, 2026-11-28): while a job measures (LBD_MEASURING, LBD_STABLE: its
 first window, and a decided-local job's re-measure windows), its ranks on the global queue yield their
 CPU for up to the first 100 us of each MPI call that waits for a receive or a send before they sleep, as
-on local queues (collectives sleep at once). That
-CPU time reads as work here. It is nothing beside waits of milliseconds (send.50x6 read IP 39-40 % with
-and without it, a balanced send.S 3.1-3.5 % against 3.2-4.2 %); fine-grained jobs read less idleness,
-towards the local queues they run faster on (a ring of 4 on 2 CPUs 1.1-6.1 % against 1.3-9.1 %), and
-their local trial judges them as before. Asleep at once, such a job measured at a fraction of its speed:
-the ring's ranks on the global queue waited 35-80 us per call, 11 us yielding.
+on local queues (collectives sleep at once). That CPU time reads as work here. It is nothing beside
+waits of milliseconds (send.50x6 read IP 39-40 % with and without it, a balanced send.S 3.1-3.5 %
+against 3.2-4.2 %); fine-grained jobs read less idleness, towards the local queues they run faster on (a
+ring of 4 on 2 CPUs 1.1-6.1 % against 1.3-9.1 %), and their local trial judges them as before. Asleep at
+once, such a job measured at a fraction of its speed: the ring's ranks on the global queue waited 35-80
+us per call, 11 us yielding.
 
 Local trial (ours): the thesis's premise, balanced -> local queues are faster, does not hold for every
 pattern now that the global queue hands the token to a rank that can make progress: folded onto one
