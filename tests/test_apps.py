@@ -59,6 +59,21 @@ def test_send_variants_make_the_chosen_ranks_compute_k_times_longer() -> None:
     assert skewed["checksum"] == balanced["checksum"]  # the extra work repeats, it does not change the data
 
 
+def test_send_runs_for_seconds_with_a_heavy_phase_timed_in_seconds() -> None:
+    # The LBD's end-to-end tests size their phases so (tests/test_runtime_lbd.py): on a faster node a
+    # phase counted in iterations ends before the detector's windows, which count CPU seconds, do.
+    timed = run_app("send", 2, variant="50x3", seconds=0.6, heavy_s="0:0.3")
+    info = timed["info"]
+    assert timed["time"] >= 0.6, timed  # it ran its time ...
+    iters = info["iters"]
+    light, heavy = info["heavy_counts"]
+    # ... and only rank 1 was heavy, for the first part of it, not all of it.
+    assert light == 0 and 0 < heavy < iters, info
+    assert info["heavy_s"] == [0, 0.3] and info["heavy_iters"] is None, info
+    # The ranks agreed on the count of iterations, and the data are those of that many balanced ones.
+    assert timed["checksum"] == run_app("send", 1, iters=iters)["checksum"]
+
+
 @pytest.mark.parametrize(("variant", "heavy"), [("50x2", [1, 3]), ("30x2", [3]), ("50x6", [1, 3])])
 def test_send_variants_at_four_ranks(variant: str, heavy: list[int]) -> None:
     result = run_app("send", 4, variant=variant, iters=4)
@@ -110,6 +125,10 @@ def test_pingpong_and_ring_options(n: int) -> None:
         (2, ["-m", "vmsched.apps.sweep", "--class", "B"], "unknown class 'B' for sweep"),
         (2, ["-m", "vmsched.apps.send", "-c", "A", "--variant", "150x2"], "bad variant '150x2'"),
         (2, ["-m", "vmsched.apps.send", "-c", "A", "--variant", "fast"], "bad variant 'fast'"),
+        (2, ["-m", "vmsched.apps.send", "-c", "A", "--seconds", "0"], "--seconds must be > 0, not 0.0"),
+        (2, ["-m", "vmsched.apps.send", "-c", "A", "--seconds", "9", "--iters", "9"], "exclude each other"),
+        (2, ["-m", "vmsched.apps.send", "-c", "A", "--heavy-s", "1:x"], "--heavy-s must be A:B (seconds)"),
+        (2, ["-m", "vmsched.apps.send", "-c", "A", "--heavy-iters", "2:", "--heavy-s", "1:"], "exclude each other"),
         (2, ["-m", "vmsched.apps.ring", "-c", "A", "--mode", "star"], "unknown mode 'star'"),
         (2, ["-m", "vmsched.apps.ring", "-c", "A", "--size", "12"], "--size must be a multiple of 8"),
         (2, ["-m", "vmsched.apps.ft", "-c", "B", "--bogus"], "unrecognized arguments: --bogus"),

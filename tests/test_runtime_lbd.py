@@ -19,9 +19,13 @@ import pytest
 from vmsched.vmruntime.testing import Manager, vmrun_cmd
 
 
-def send_cmd(variant: str, iters: int, heavy_iters: str | None = None) -> list[str]:
-    cmd = [sys.executable, "-m", "vmsched.apps.send", "-c", "S", "--variant", variant, "--iters", str(iters)]
-    return cmd + (["--heavy-iters", heavy_iters] if heavy_iters else [])  # not ":": mpiexec's MPMD separator
+def send_cmd(variant: str, seconds: float, heavy_s: str | None = None) -> list[str]:
+    """send.S for `seconds`, its ranks heavy only in `heavy_s` ('A:B' seconds into the run) where given.
+    Sized in seconds, not iterations: the detector's windows count the ranks' CPU seconds, so phases
+    counted in iterations gave them less time on a faster node (the imbalance-ends job, sized for an
+    older node in iterations, ran 2.5 s on this one and failed 5 runs of 19, 2026-11-28)."""
+    cmd = [sys.executable, "-m", "vmsched.apps.send", "-c", "S", "--variant", variant, "--seconds", str(seconds)]
+    return cmd + (["--heavy-s", heavy_s] if heavy_s else [])  # not ":": mpiexec's MPMD separator
 
 
 def run_watched(manager: Manager, job_id: int, app: list[str]) -> tuple[list[dict], list[tuple[str, float, str]]]:
@@ -55,18 +59,25 @@ def manager(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Manager]:
         yield m
 
 
-@pytest.mark.parametrize(("variant", "iters", "expected"), [("50x6", 40, "global"), ("0x1", 250, "local")],
+# send.50x6 was decided global 0.6-0.7 s into its run (2026-11-29, 3 runs: the window, then its reverse
+# trial); a balanced send.S local 0.1-0.2 s in, with time left for the re-checks that correct a first
+# window misread (as 150 iterations, some 5 s on an older node, did not leave in 1 run of about 20).
+SECONDS_50X6, SECONDS_BALANCED = 2.0, 2.5
+
+
+@pytest.mark.parametrize(("job", "variant", "seconds", "expected"),
+                         [(540, "50x6", SECONDS_50X6, "global"), (750, "0x1", SECONDS_BALANCED, "local")],
                          ids=["send.50x6", "balanced"])  # fmt: skip
-def test_lbd_decision(manager: Manager, variant: str, iters: int, expected: str) -> None:
-    seen, decisions = run_watched(manager, 500 + iters, send_cmd(variant, iters))
+def test_lbd_decision(manager: Manager, job: int, variant: str, seconds: float, expected: str) -> None:
+    seen, decisions = run_watched(manager, job, send_cmd(variant, seconds))
     decided = [j for j in seen if j["lbd"] == "decided"]
     assert decided, f"no decision while the job ran (last: {seen[-1]})"
     assert decided[-1]["queue"] == expected, (decided[-1], decisions)
     # The last decision is the right one. An imbalanced job goes local only for its reverse trial, which
     # local queues fail (its light ranks burn their waits there); a balanced one may be misread once on
-    # a loaded machine and is then moved by the global queue's re-checks: 250 iterations (some 9 s) give
-    # them time; 150 did not in 1 of about 20 runs ([('local', 0.1199, 'reverse_trial'), ('global',
-    # 0.1199, 'local_slower')], no re-check window clearly below the threshold twice before the end).
+    # a loaded machine and is then moved by the global queue's re-checks ([('local', 0.1199,
+    # 'reverse_trial'), ('global', 0.1199, 'local_slower')] and no re-check window clearly below the
+    # threshold twice before the end, when the job was shorter).
     assert decisions and decisions[-1][0] == expected, decisions
     # Local by its IP, or by a reverse trial of a window misread as imbalanced (IP 13 % in 1 run of 10 on
     # this node), which local queues then passed; global always by an IP at or over the threshold.
@@ -89,12 +100,12 @@ def remeasuring_manager(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ma
 
 
 def test_lbd_decides_again_when_the_imbalance_ends(manager: Manager) -> None:
-    # 60 imbalanced iterations, then 640 balanced ones: some 10 re-check windows or more; on a loaded
-    # node a balanced send.S reads 4-13 % per window on the global queue, so a move needs a few of them.
-    # (30 and 270 ran 2.5 s on a faster node, 2026-11-28, and failed 5 runs of 19: the imbalance ended
-    # before the reverse trial did, which then kept local queues, or the balanced part before the
-    # re-checks had moved the job.)
-    seen, decisions = run_watched(manager, 601, send_cmd("50x6", 700, "0:60"))
+    # Imbalanced for 1.5 s (decided global 0.6-0.7 s in), then balanced for 3 s: some 7 re-check windows;
+    # on a loaded node a balanced send.S reads 4-13 % per window on the global queue, so a move needs a
+    # few of them (it came 0.5-0.7 s after the imbalance ended, 3 runs). In iterations, 30 and 270 ran
+    # 2.5 s on a faster node and failed 5 runs of 19: the imbalance ended before the reverse trial did,
+    # which then kept local queues, or the balanced part before the re-checks had moved the job.
+    seen, decisions = run_watched(manager, 601, send_cmd("50x6", 4.5, "0:1.5"))
     # Imbalanced at first: a reverse trial on local queues, which they fail.
     assert decisions[0][1] >= 0.10 and decisions[0][2] == "reverse_trial", decisions
     assert decisions[1][:1] == ("global",) and decisions[1][2] == "local_slower", decisions
@@ -109,18 +120,19 @@ def test_lbd_decides_again_when_the_imbalance_ends(manager: Manager) -> None:
 
 def test_lbd_decides_again_when_an_imbalance_starts(remeasuring_manager: Manager) -> None:
     m = remeasuring_manager
-    # 260 balanced iterations first (some 6-11 s): a balanced send.S may read just above the threshold in
-    # its first window (0.1045 in 1 run of 10), and its reverse trial then keeps it global; the re-check
-    # windows that follow move it to local queues before the imbalance starts. With 120 they had not in 1
-    # CI run, nor with 180 in another (2026-11-28, the whole job 6.8 s: [('local', 0.1045,
-    # 'reverse_trial'), ('global', 0.1045, 'local_slower')]): its only local decision was that trial's.
-    seen, decisions = run_watched(m, 602, send_cmd("50x6", 350, "260:"))
+    # Balanced for 2.5 s first: a balanced send.S may read just above the threshold in its first window
+    # (0.1045 in 1 run of 10), and its reverse trial then keeps it global; the re-check windows that
+    # follow move it to local queues before the imbalance starts. Shorter, they had not in 2 CI runs
+    # (2026-11-28: [('local', 0.1045, 'reverse_trial'), ('global', 0.1045, 'local_slower')]): its only
+    # local decision was that trial's. Then imbalanced for 2.5 s: the re-measure that reads it came 1.5
+    # or 3 s after the first decision, the move to the global queue some 0.5 s later (3 runs, 2026-11-29).
+    seen, decisions = run_watched(m, 602, send_cmd("50x6", 5.0, "2.5:"))
     # Balanced: on local queues, and re-measured there (every 1.5 s here).
     assert any(q == "local" and why in ("idleness", "band_trial") for q, _, why in decisions), decisions
     assert re.search(r"action=lbd_remeasure job=602 ", m.log_path.read_text()), decisions
     # Imbalanced: back to the global queue, because local queues were measured slower: by the reverse
     # trial of a re-measure window that read the imbalance, or by a local trial that its start caught (a
-    # trial behind runs until it holds 200 calls per rank, so some 2 s of the 8 s on local queues).
+    # trial behind runs until it holds 200 calls per rank).
     (q1, ip1, why1), (q2, ip2, why2) = decisions[-2:]
     assert (q1, q2, why2) == ("local", "global", "local_slower") and ip1 == ip2, decisions
     assert (why1 == "reverse_trial" and ip1 >= 0.10) or (why1 in ("idleness", "band_trial") and ip1 < 0.10), decisions

@@ -75,7 +75,8 @@ SPECS: dict[str, AppSpec] = {
                 "BT-MZ-like: zones of geometrically growing size, static block mapping (imbalanced)."),
         AppSpec("send", "vmsched.apps.send", ("S", "W", "A"), "any", 64, "medium", False,
                 "Thesis synthetic 'send': compute, even/odd pair exchange, barrier; --variant PCTxK "
-                "makes PCT % of the ranks compute K times longer (0x1 = balanced).", ("variant", "iters")),
+                "makes PCT % of the ranks compute K times longer (0x1 = balanced).",
+                ("variant", "iters", "seconds", "heavy_iters", "heavy_s")),
         AppSpec("ring", "vmsched.apps.ring", ("S", "W", "A"), "any", 64, "high", True,
                 "Latency app: token ring or pairwise ping-pong of small messages.", ("mode", "iters", "size")),
     )

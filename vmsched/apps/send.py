@@ -6,7 +6,12 @@ The work vector (`elems` values, logistic map x <- 3.9 x (1 - x)) is split evenl
 With --variant PCTxK, PCT % of the ranks (spread evenly: 50 % = the odd ranks) compute K times longer:
 they repeat their computation phase K times (same result, K times the CPU time). 0x1 is balanced.
 With --heavy-iters A:B the heavy ranks are heavy only in iterations A to B-1 (a job whose pattern
-changes, for the LBD's re-decisions).
+changes, for the LBD's re-decisions). --seconds S and --heavy-s A:B say the same in seconds from the
+start of the run, so that the phases last as long on a fast node as on a slow one: the LBD's windows
+are counted in the ranks' CPU time, and a phase counted in iterations shrinks with the node's speed.
+With --seconds the iteration's closing Barrier is an Allreduce of "my time is up" (MAX), so that every
+rank stops after the same iteration; a rank times its heavy phase on its own clock (CLOCK_MONOTONIC is
+the node's), which only moves the extra work, never the data.
 
 Checksum: exact. Element updates do not depend on the decomposition, and the final sums are
 reproducible (vmsched.apps.exactsum); the exchanged messages are checked, not summed, since they depend on the
@@ -47,8 +52,23 @@ def message(source: int, it: int, length: int) -> np.ndarray:
 def add_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--variant", default="0x1", help="PCTxK: PCT %% of the ranks compute K times longer")
     parser.add_argument("--iters", type=int, default=None, help="iterations (default: by class)")
-    parser.add_argument("--heavy-iters", default=":",
+    parser.add_argument("--heavy-iters", default=None,
                         help="A:B: the heavy ranks are heavy only in iterations A..B-1 (default: all)")  # fmt: skip
+    parser.add_argument("--seconds", type=float, default=None,
+                        help="run for this many seconds instead of a number of iterations")  # fmt: skip
+    parser.add_argument("--heavy-s", default=None,
+                        help="A:B: the heavy ranks are heavy only from A to B seconds into the run")  # fmt: skip
+
+
+def _span(text: str, option: str, kind: type, unit: str) -> tuple[float, float | None]:
+    """'A:B' (either side may be empty) -> (A or 0, B or None); UsageError for anything else."""
+    try:
+        lo, hi = (kind(v) if v else None for v in text.split(":"))
+    except ValueError:
+        raise harness.UsageError(f"{option} must be A:B ({unit}), not {text!r}") from None
+    if (lo or 0) < 0 or (hi or 0) < 0:
+        raise harness.UsageError(f"{option}: {unit} are >= 0, not {text!r}")
+    return lo or 0, hi
 
 
 def check_options(args: argparse.Namespace, size: int) -> None:
@@ -58,13 +78,14 @@ def check_options(args: argparse.Namespace, size: int) -> None:
         raise harness.UsageError(str(exc)) from None
     if args.iters is not None and args.iters < 1:
         raise harness.UsageError(f"--iters must be >= 1, not {args.iters}")
-    try:
-        lo, hi = (int(v) if v else None for v in args.heavy_iters.split(":"))
-    except ValueError:
-        raise harness.UsageError(f"--heavy-iters must be A:B (iterations), not {args.heavy_iters!r}") from None
-    if (lo or 0) < 0 or (hi or 0) < 0:
-        raise harness.UsageError(f"--heavy-iters: iterations are >= 0, not {args.heavy_iters!r}")
-    args.heavy_from, args.heavy_to = lo or 0, hi
+    if args.seconds is not None and not args.seconds > 0:
+        raise harness.UsageError(f"--seconds must be > 0, not {args.seconds}")
+    if args.seconds is not None and args.iters is not None:
+        raise harness.UsageError("--iters and --seconds exclude each other: one says how long the run is")
+    if args.heavy_iters is not None and args.heavy_s is not None:
+        raise harness.UsageError("--heavy-iters and --heavy-s exclude each other: one says when ranks are heavy")
+    args.heavy_from, args.heavy_to = _span(args.heavy_iters or ":", "--heavy-iters", int, "iterations")
+    args.heavy_s = None if args.heavy_s is None else _span(args.heavy_s, "--heavy-s", float, "seconds")
 
 
 def kernel(ctx: harness.AppContext) -> harness.Outcome:
@@ -78,20 +99,38 @@ def kernel(ctx: harness.AppContext) -> harness.Outcome:
     has_partner = partner < ctx.size
     inbox = np.empty(p.msg)
     bad_messages = 0
+    seconds = ctx.args.seconds
     iters = ctx.args.iters if ctx.args.iters is not None else p.iters
-    heavy_from, heavy_to = ctx.args.heavy_from, iters if ctx.args.heavy_to is None else ctx.args.heavy_to
+    heavy_from, heavy_to = ctx.args.heavy_from, ctx.args.heavy_to
+    heavy_s = ctx.args.heavy_s
+
+    def heavy_in(it: int) -> bool:
+        if heavy_s is not None:
+            t = time.perf_counter() - ctx.t0
+            return heavy_s[0] <= t and (heavy_s[1] is None or t < heavy_s[1])
+        return heavy_from <= it and (heavy_to is None or it < heavy_to)
+
     cpu = 0.0  # CPU seconds of the compute phases: K times more on heavy ranks, however they are scheduled
-    for it in range(iters):
+    heavy_count = 0  # iterations this rank computed K times
+    it = 0
+    while seconds is not None or it < iters:
         c0 = time.process_time()
         new = x
-        for _ in range(k if heavy and heavy_from <= it < heavy_to else 1):  # the imbalance: heavy ranks redo the phase
+        reps = k if heavy and heavy_in(it) else 1
+        heavy_count += reps > 1
+        for _ in range(reps):  # the imbalance: heavy ranks redo the phase
             new = evolve(x, p.steps)
         x = new
         cpu += time.process_time() - c0
         if has_partner:
             ctx.comm.Sendrecv(message(ctx.rank, it, p.msg), partner, it, inbox, partner, it)
             bad_messages += int(not np.array_equal(inbox, message(partner, it, p.msg)))
-        ctx.comm.Barrier()
+        it += 1
+        if seconds is None:
+            ctx.comm.Barrier()
+        elif ctx.comm.allreduce(int(time.perf_counter() - ctx.t0 >= seconds), op=MPI.MAX):
+            break  # every rank's vote is in the one result: all stop after this iteration
+    iters = it
     ctx.stop()
 
     total, total2 = repro_sums(ctx.comm, [x, x * x])
@@ -110,8 +149,10 @@ def kernel(ctx: harness.AppContext) -> harness.Outcome:
         sample_ok = bool(np.array_equal(ref, vals))
     sample_ok = ctx.comm.bcast(sample_ok, root=0)
     cpus = ctx.comm.allgather(round(cpu, 4))
+    heavy_counts = ctx.comm.allgather(heavy_count)
+    span = None if heavy_s else [heavy_from, iters if heavy_to is None else heavy_to]
     info = {"variant": f"{pct}x{k}", "heavy_ranks": heavy_ranks(ctx.size, pct), "iters": iters,
-            "heavy_iters": [heavy_from, heavy_to],
+            "heavy_iters": span, "heavy_s": heavy_s, "heavy_counts": heavy_counts,
             "bad_messages": bad, "compute_cpu_s": cpus, "sum": total}  # fmt: skip
     return harness.Outcome(bad == 0 and sample_ok, checksum_of([total, total2]), info)
 
