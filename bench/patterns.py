@@ -41,8 +41,12 @@ this node's noise as much as a difference between the ways. With --reps 2 or mor
 *held out*: the best way picked on the even rounds and compared with default on the odd ones (each
 round's two runs paired), and the other way round; the raw default / best picks the way whose runs
 happened to be fastest on the very runs it is compared on, and reads high by this node's noise alone
-(`held_out`; JSON: `default_vs_best_held_out_worst` and how many cases are over 1.1). Under them, the
-queues the detector chose in each default run (the CPU manager's log). Last line: JSON.
+(`held_out`; JSON: `default_vs_best_held_out_worst` and how many cases are over 1.1). And default / each
+way *paired*: the median of the rounds' ratios, each of two runs made one after the other, which the node's
+drift in speed (20-30 % within an hour here) moves less than a ratio of medians (JSON:
+`default_vs_best_paired_worst`, against the way default loses most to, `default_vs_taskset_paired_worst`,
+and how many cases are over 1.1). Under them, the queues the detector chose in each default run (the CPU
+manager's log). Last line: JSON.
 
     python bench/patterns.py [--quick] [--reps 3] [--programs ring,halo2d,ep] [--shapes 4x1,8x2] [--ways local,rr]
                              [--plot FILE] [--command NAME=CMDLINE --check NAME=REGEX [--time NAME=REGEX]]...
@@ -463,6 +467,7 @@ def make_row(prog: Program, nranks: int, cpus: int, reps: int, runs: dict[str, l
                       for w, rs in runs.items()},
             "capped": sorted(w for w, rs in runs.items() if rs[0].capped),
             "held_out": held_out(runs),
+            "paired": paired_ratios(runs),
             "decisions": [r.decisions for r in runs["default"] if r.decisions],
             "reference": ended[0] if ended else "default", "bad": bad}  # fmt: skip
 
@@ -471,6 +476,15 @@ def paired(runs: dict[str, list[Run]], way: str, rounds: range | list[int]) -> f
     """Median over `rounds` of default's time / `way`'s time in the same round: a round's two runs share
     the node's state (other load, its memory), which a ratio of medians over the rounds does not."""
     return statistics.median(runs["default"][i].seconds / runs[way][i].seconds for i in rounds)
+
+
+def paired_ratios(runs: dict[str, list[Run]]) -> dict[str, float]:
+    """default / each way, the median of the rounds' ratios (`paired`): the node's speed drifts by 20-30 %
+    within an hour on a shared machine, which moves a ratio of medians; runs next to each other share it.
+    Ways stopped at the cap are left out (their times are bounds)."""
+    n = len(runs["default"])
+    return {w: round(paired(runs, w, range(n)), 4) for w, rs in runs.items()
+            if w != "default" and len(rs) == n and not rs[0].capped}  # fmt: skip
 
 
 def held_out(runs: dict[str, list[Run]]) -> dict | None:
@@ -496,6 +510,11 @@ def ratios(row: dict) -> dict[str, float]:
         out["timesharing_vs_default"] = s["timesharing"] / s["default"]
     if row.get("held_out"):
         out["default_vs_best_held_out"] = row["held_out"]["default_vs_best"]
+    pr = row.get("paired", {})
+    if pr:  # against the way default loses most to, round by round; and against taskset so
+        out["default_vs_best_paired"] = max(v for w, v in pr.items() if w in VMSCHED_WAYS)
+        if "taskset" in pr:
+            out["default_vs_taskset_paired"] = pr["taskset"]
     return out
 
 
@@ -535,6 +554,9 @@ def report(rows: list[dict], plot: Path | None) -> int:
             h = row["held_out"]
             print(f"    default / best, held out: {h['default_vs_best']:.2f} (best picked on the even rounds: "
                   f"{h['picked'][0]}, on the odd: {h['picked'][1]})")  # fmt: skip
+        if row.get("paired"):
+            print("    default / way, median of the rounds' ratios: "
+                  + " ".join(f"{w} {v:.2f}" for w, v in row["paired"].items()))  # fmt: skip
     if STARTUP:  # what a command timed by its wall clock was charged less (net)
         print("\nstart-up subtracted from commands timed by their wall clock (median of 3 near-empty runs): "
               + ", ".join(f"{w} {n}x{c} {v:.3f} s" for (w, n, c), v in sorted(STARTUP.items())))  # fmt: skip
@@ -557,6 +579,11 @@ def report(rows: list[dict], plot: Path | None) -> int:
     if held:
         figures["default_vs_best_held_out_worst"] = round(max(held), 3)
         figures["default_vs_best_held_out_over_1_1"] = sum(h > 1.1 for h in held)
+    for key in ("default_vs_best_paired", "default_vs_taskset_paired"):
+        vals = [r[key] for r in rs if key in r]
+        if vals:
+            figures[f"{key}_worst"] = round(max(vals), 3)
+            figures[f"{key}_over_1_1"] = sum(v > 1.1 for v in vals)
     # How far apart the runs of one vmsched way were (slowest / fastest): a default / best ratio inside
     # that spread is not a difference between the ways.
     spreads = [hi / lo for r in rows for w, (lo, hi) in r["range"].items() if w in VMSCHED_WAYS and lo > 0]

@@ -4,9 +4,13 @@ is reported, not averaged. Behaviour only: the times are whatever this node give
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import statistics
 import subprocess
 import sys
+
+import pytest
 
 from tests.conftest import REPO
 from vmsched.vmruntime.testing import compile_c_program
@@ -52,3 +56,29 @@ def test_bad_command_options_are_refused_with_the_reason():
     for argv, reason in cases.items():
         r = subprocess.run([sys.executable, str(BENCH), *argv], capture_output=True, text=True, timeout=60)
         assert r.returncode == 2 and reason in r.stderr, (argv, r.stderr)
+
+
+def test_paired_ratios_follow_each_round_not_the_medians(monkeypatch):
+    # Two rounds on a node that slowed down by half between them: default is 5 % slower than local in
+    # each round and as fast as taskset. The rounds' ratios say so whatever the drift; a capped way,
+    # whose times are bounds, is left out.
+    spec = importlib.util.spec_from_file_location("patterns_bench", BENCH)
+    bench = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, bench)  # its dataclasses look their module up there
+    spec.loader.exec_module(bench)
+    run = bench.Run
+    runs = {
+        "default": [run(True, "c", 1.05), run(True, "c", 1.575)],
+        "taskset": [run(True, "c", 1.05), run(True, "c", 1.575)],
+        "local": [run(True, "c", 1.0), run(True, "c", 1.5)],
+        "progress": [run(True, "c", 0.9), run(True, "c", 2.0)],  # faster in one round, slower in the other
+        "timesharing": [run(False, "", 30.0, capped=True)] * 2,
+    }
+    pr = bench.paired_ratios(runs)
+    assert set(pr) == {"taskset", "local", "progress"}
+    assert pr["local"] == pytest.approx(1.05) and pr["taskset"] == pytest.approx(1.0)
+    assert pr["progress"] == pytest.approx((1.05 / 0.9 + 1.575 / 2.0) / 2, abs=1e-4)  # the median of two
+    row = {"seconds": {w: statistics.median(r.seconds for r in rs) for w, rs in runs.items()}, "paired": pr}
+    r = bench.ratios(row)
+    assert r["default_vs_best_paired"] == pytest.approx(1.05)  # against local, the way default loses most to
+    assert r["default_vs_taskset_paired"] == pytest.approx(1.0)
