@@ -618,6 +618,11 @@ def draw(rows: list[dict], rs: list[dict[str, float]], path: Path) -> None:
             if "default_vs_best_held_out" in r]  # fmt: skip
     if held:
         ax.scatter(*zip(*held, strict=True), marker="D", s=14, color="k", zorder=3, label="default / best, held out")
+    for dx, key, label in ((-0.2, "default_vs_taskset_paired", "either, paired (median of the rounds' ratios)"),
+                           (0.2, "default_vs_best_paired", None)):  # fmt: skip
+        pts = [(i + dx, r[key]) for i, r in zip(x, rs, strict=True) if key in r]
+        if pts:  # the node's drift moves these less than the ratios of medians the bars show
+            ax.scatter(*zip(*pts, strict=True), marker="_", s=120, color="r", zorder=3, label=label)
     ax.axhline(1.1, color="red", lw=0.8, ls="--", label="1.1")
     ax.set_xticks(list(x), labels, rotation=75, fontsize=7)
     ax.set_ylabel("time ratio (lower is better)")
