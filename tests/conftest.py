@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import signal
 import subprocess
@@ -9,6 +10,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -18,6 +20,17 @@ from vmsched.vmruntime.testing import DaemonLeak, Manager
 
 BIN = Path(sys.executable).parent
 REPO = Path(__file__).resolve().parents[1]
+
+
+def load_script(path: Path) -> ModuleType:
+    """A script of bench/ or experiments/ (not a package) as a module, to test its pure functions. It is
+    registered in sys.modules under its file's stem, where its dataclasses look their module up."""
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    return mod
 
 
 def _shared_data() -> Path:

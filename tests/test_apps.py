@@ -72,6 +72,9 @@ def test_send_runs_for_seconds_with_a_heavy_phase_timed_in_seconds() -> None:
     assert info["heavy_s"] == [0, 0.3] and info["heavy_iters"] is None, info
     # The ranks agreed on the count of iterations, and the data are those of that many balanced ones.
     assert timed["checksum"] == run_app("send", 1, iters=iters)["checksum"]
+    # The span in iterations, which the same test of a span decides: iterations 2, 3 and 4 of 8.
+    spanned = run_app("send", 2, variant="50x3", iters=8, heavy_iters="2:5")
+    assert spanned["info"]["heavy_counts"] == [0, 3] and spanned["info"]["heavy_iters"] == [2, 5], spanned["info"]
 
 
 @pytest.mark.parametrize(("variant", "heavy"), [("50x2", [1, 3]), ("30x2", [3]), ("50x6", [1, 3])])

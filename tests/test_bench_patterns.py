@@ -4,7 +4,6 @@ is reported, not averaged. Behaviour only: the times are whatever this node give
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import statistics
 import subprocess
@@ -12,7 +11,7 @@ import sys
 
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import REPO, load_script
 from vmsched.vmruntime.testing import compile_c_program
 
 BENCH = REPO / "bench" / "patterns.py"
@@ -58,14 +57,11 @@ def test_bad_command_options_are_refused_with_the_reason():
         assert r.returncode == 2 and reason in r.stderr, (argv, r.stderr)
 
 
-def test_paired_ratios_follow_each_round_not_the_medians(monkeypatch):
+def test_paired_ratios_follow_each_round_not_the_medians():
     # Two rounds on a node that slowed down by half between them: default is 5 % slower than local in
     # each round and as fast as taskset. The rounds' ratios say so whatever the drift; a capped way,
     # whose times are bounds, is left out.
-    spec = importlib.util.spec_from_file_location("patterns_bench", BENCH)
-    bench = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, spec.name, bench)  # its dataclasses look their module up there
-    spec.loader.exec_module(bench)
+    bench = load_script(BENCH)
     run = bench.Run
     runs = {
         "default": [run(True, "c", 1.05), run(True, "c", 1.575)],

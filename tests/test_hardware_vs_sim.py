@@ -3,25 +3,14 @@ run-time check against a replay (hand-made result logs, no job is run)."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import REPO, load_script
 from vmsched.workloads.params import job_requests, read_params
 
-
-def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("hardware_vs_sim", REPO / "experiments" / "hardware_vs_sim.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-hw = _load()
+hw = load_script(REPO / "experiments" / "hardware_vs_sim.py")
 
 
 def _result(path: Path, rows: list[tuple[float, float, float, int]]) -> None:

@@ -3,12 +3,11 @@ bad input (exit 2, nothing written)."""
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
 
-from tests.conftest import REPO
+from tests.conftest import REPO, load_script
 from vmsched.sim.workload import from_swf
 from vmsched.workloads.swf import machine_size, read_swf
 
@@ -50,10 +49,7 @@ def test_the_study_writes_every_cell_relative_to_fcfs_easy_abort(tmp_path):
 def test_sizes_are_scaled_from_the_logged_machine(tmp_path):
     """A log of a 32-CPU machine on 16 CPUs: its 32-CPU jobs get 16 (the Lublin log's 256 is not
     assumed), and the arrivals are spaced to offer the load asked for."""
-    spec = importlib.util.spec_from_file_location("thesis_study", STUDY)
-    assert spec is not None and spec.loader is not None
-    study = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(study)
+    study = load_script(STUDY)
     log = read_swf(_log(tmp_path / "small.swf", 32, [32, 8, 16, 1]))
     jobs = study.scaled(from_swf(log, estimates="0.5", ncpus=machine_size(log)).jobs, 16, 0.5, machine_size(log))
     assert [s.job.procs[0] for s in jobs] == [16, 4, 8, 1]

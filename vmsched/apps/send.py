@@ -104,11 +104,9 @@ def kernel(ctx: harness.AppContext) -> harness.Outcome:
     heavy_from, heavy_to = ctx.args.heavy_from, ctx.args.heavy_to
     heavy_s = ctx.args.heavy_s
 
-    def heavy_in(it: int) -> bool:
-        if heavy_s is not None:
-            t = time.perf_counter() - ctx.t0
-            return heavy_s[0] <= t and (heavy_s[1] is None or t < heavy_s[1])
-        return heavy_from <= it and (heavy_to is None or it < heavy_to)
+    def heavy_in(it: int) -> bool:  # in the span of seconds (--heavy-s) or of iterations, B excluded
+        (lo, hi), at = (heavy_s, time.perf_counter() - ctx.t0) if heavy_s else ((heavy_from, heavy_to), it)
+        return lo <= at and (hi is None or at < hi)
 
     cpu = 0.0  # CPU seconds of the compute phases: K times more on heavy ranks, however they are scheduled
     heavy_count = 0  # iterations this rank computed K times
