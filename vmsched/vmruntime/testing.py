@@ -100,9 +100,8 @@ class Manager:
                 self.proc.wait()
                 hung = True
         left = shm_entries(self.cfg)
-        base = CpuGroups.detect(self.cfg.instance).base
-        if base is not None and base.exists():  # its jobs' CPU groups (cpugroups.py)
-            left.append(str(base))
+        groups = CpuGroups.detect(self.cfg.instance)
+        left += [str(groups.dir(j)) for j in groups.jobs()]  # its jobs' CPU groups (cpugroups.py)
         self.unlink_leftovers()
         if hung:
             raise DaemonLeak(f"vm-cpumanager did not stop on signal {sig} within {timeout} s")
