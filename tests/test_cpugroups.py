@@ -62,12 +62,9 @@ def group(pid: int) -> str | None:
     return g.group_of(pid)
 
 
-def start_job(cm: CpuManagerProcess, job_id: int, prefix: list[str] | None = None, nranks: int = 4,
-              laps: int = 400_000) -> subprocess.Popen[str]:  # fmt: skip
-    """`nranks` ranks that may fold onto one CPU: a ring long enough to look at (400,000 laps of 4 ranks:
-    some 7 s on 2 CPUs of a 2-CPU AMD EPYC VM)."""
-    cmd = vmrun_cmd(cm.state_dir, nranks, nranks, selftest_cmd("ring", "--laps", str(laps)), queue="local",
-                    job_id=job_id)  # fmt: skip
+def start_job(cm: CpuManagerProcess, job_id: int, prefix: list[str] | None = None) -> subprocess.Popen[str]:
+    """4 ranks folded on one CPU: a ring long enough to look at."""
+    cmd = vmrun_cmd(cm.state_dir, 4, 4, selftest_cmd("ring", "--laps", "400000"), queue="local", job_id=job_id)
     return subprocess.Popen([*(prefix or []), *cmd], env=cm.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)  # fmt: skip
 
@@ -100,6 +97,10 @@ def test_the_ranks_of_a_job_share_its_cpu_group_which_goes_with_the_job(node: Cp
         grouped_ranks(node, job, 31)
         assert [j["cpu_group"] for j in node.status()["jobs"]] == [True]
         assert g.dir(31).is_dir()
+        # One default weight per rank, as in their autogroups: at one process's weight a process outside
+        # the job on its CPU would take half of it from the job's 4 ranks.
+        name, weight = job_weight(g.hierarchy.version, 4)
+        assert (g.dir(31) / name).read_text().strip() == str(weight) == str(4 * WEIGHT[g.hierarchy.version][1])
         # Only the ranks: vmrun, mpiexec and hydra's proxy stay where they were.
         assert group(job.pid) == "/" and group(os.getpid()) == "/"
         job.send_signal(signal.SIGTERM)
@@ -192,45 +193,10 @@ def test_groups_are_switched_off_by_the_config(tmp_path: Path) -> None:
         cm.stop()
 
 
-def test_a_job_group_weighs_one_default_weight_per_cpu() -> None:
+def test_a_job_group_weighs_one_default_weight_per_rank() -> None:
     assert job_weight(1, 4) == ("cpu.shares", 4096)
     assert job_weight(2, 4) == ("cpu.weight", 400)
     assert job_weight(1, 1) == ("cpu.shares", 1024)
     assert job_weight(1, 10_000) == ("cpu.shares", 1 << 18)  # the kernel's most
     assert job_weight(2, 500) == ("cpu.weight", 10000)
     assert job_weight(2, 0) == ("cpu.weight", 100)
-
-
-def test_a_job_group_weighs_one_process_per_cpu_of_its_partition_as_it_changes(tmp_path: Path) -> None:
-    """At the default weight a job spread over 2 CPUs would weigh half a process on each, and a process
-    beside it would take two thirds of its CPU; at one weight per rank it would take MPL times its share
-    from the daemons and commands beside it."""
-    cm = CpuManagerProcess(tmp_path / "state", "0-1").start()
-    g = groups_of(cm)
-    _, default, _ = WEIGHT[g.hierarchy.version]
-    name = job_weight(g.hierarchy.version, 1)[0]
-
-    def weight(job_id: int) -> int | None:
-        try:
-            return int((g.dir(job_id) / name).read_text())
-        except (OSError, ValueError):
-            return None
-
-    a = start_job(cm, 37, laps=10_000_000)  # ended below
-    b = None
-    try:
-        grouped_ranks(cm, a, 37)
-        wait_for(lambda: weight(37) == 2 * default, timeout=10, what="4 ranks on 2 CPUs: two processes' weight")
-        b = start_job(cm, 38, nranks=2)  # the manager shrinks the first job to one CPU to admit it
-        wait_for(lambda: len(rank_pids(b.pid)) == 2 and verified(cm, 38, 2), timeout=30, what="2 ranks")
-        wait_for(lambda: weight(37) == default and weight(38) == default, timeout=10,
-                 what="both jobs on one CPU each: one process's weight each")  # fmt: skip
-        b.send_signal(signal.SIGTERM)
-        b.communicate(timeout=30)
-        wait_for(lambda: weight(37) == 2 * default, timeout=10, what="the first job grown back to 2 CPUs")
-    finally:
-        for job in (a, b):
-            if job is not None:
-                end_job(job)
-        cm.stop()
-    assert g.jobs() == []

@@ -88,17 +88,14 @@ def cpu_group_of(proc_cgroup: str, version: int) -> str | None:
 WEIGHT = {1: ("cpu.shares", 1024, 1 << 18), 2: ("cpu.weight", 100, 10000)}
 
 
-def job_weight(version: int, ncpus: int) -> tuple[str, int]:
-    """The weight file of a job's group and what to write there: one default weight per CPU of its
-    partition, that is one process per CPU, as the one rank per CPU that holds a token weighed in its
-    autogroup. At the default weight the whole job would weigh as one process: spread over a partition of
-    N CPUs, 1/N of one on each (the kernel divides a group's weight by its load on each CPU), and any
-    process outside the job on one of its CPUs (a daemon, a user's shell, a rank the manager did not
-    verify) would take most of that CPU. Not one per rank: a folded job would then take MPL times its
-    share from the daemons and commands beside it (a full test run, 2-CPU node, with 4-rank jobs at 4
-    default weights: four timeouts in the CLI, Slurm and partition-change tests)."""
+def job_weight(version: int, nranks: int) -> tuple[str, int]:
+    """The weight file of a job's group and what to write there: one default weight per rank, as the
+    ranks have in their autogroups when all of them run. At the default weight the whole job would
+    weigh as one process: spread over a partition of N CPUs, 1/N of one on each (the kernel divides a
+    group's weight by its load on each CPU), and any process outside the job on one of its CPUs (a
+    daemon, a user's shell, a rank the manager did not verify) would take most of that CPU."""
     name, default, most = WEIGHT[version]
-    return name, max(1, min(most, default * max(1, ncpus)))
+    return name, max(1, min(most, default * max(1, nranks)))
 
 
 class CpuGroups:
@@ -115,7 +112,6 @@ class CpuGroups:
         self.root = hierarchy.mount if hierarchy else None
         self.prefix = f"{instance}.job-"
         self._warned: set[int] = set()
-        self._weights: dict[int, int] = {}  # what weigh() last wrote, per job
 
     @classmethod
     def detect(cls, instance: str, enabled: bool = True) -> CpuGroups:
@@ -185,17 +181,18 @@ class CpuGroups:
             if job not in keep:
                 self.remove(job)
 
-    def place(self, job_id: int, pid: int, ncpus: int) -> bool:
-        """Move a verified rank of the job (on `ncpus` CPUs) into the job's group if the kernel schedules
-        it in the root task group (autogroups); True if it was moved."""
+    def place(self, job_id: int, pid: int, nranks: int) -> bool:
+        """Move a verified rank of the job (of `nranks`) into the job's group if the kernel schedules it
+        in the root task group (autogroups); True if it was moved."""
         if self.root is None or self.group_of(pid) != "/":
             return False
+        assert self.hierarchy is not None
         d = self.dir(job_id)
         try:
             if not d.is_dir():
                 d.mkdir(mode=0o755, exist_ok=True)
-                self._weights.pop(job_id, None)
-            self.weigh(job_id, ncpus)
+                name, weight = job_weight(self.hierarchy.version, nranks)
+                (d / name).write_text(str(weight))
             (d / "cgroup.procs").write_text(str(int(pid)))
         except OSError as e:
             if e.errno != errno.ESRCH and job_id not in self._warned:  # ESRCH: it has just exited
@@ -204,27 +201,11 @@ class CpuGroups:
             return False
         return True
 
-    def weigh(self, job_id: int, ncpus: int) -> None:
-        """Give the job's group, if it has one, the weight of a partition of `ncpus` CPUs (job_weight):
-        when it is made and whenever the partition changes size."""
-        if self.root is None or ncpus < 1 or not self.dir(job_id).is_dir():
-            return
-        assert self.hierarchy is not None
-        name, weight = job_weight(self.hierarchy.version, ncpus)
-        if self._weights.get(job_id) == weight:
-            return
-        try:
-            (self.dir(job_id) / name).write_text(str(weight))
-            self._weights[job_id] = weight
-        except OSError as e:
-            log.warning("job %d: cannot set %s of %s: %s", job_id, name, self.dir(job_id), e.strerror)
-
     def remove(self, job_id: int) -> None:
         """Remove the job's group. Processes still in it (ranks that outlive their job, which run on as
         plain MPI) go back to the root group they came from: a process in this group is the job's by
         construction (moved here as a verified rank, or forked by one)."""
         self._warned.discard(job_id)
-        self._weights.pop(job_id, None)
         if self.root is None:
             return
         d = self.dir(job_id)

@@ -567,7 +567,6 @@ class CpuManager:
             if j.job_id in changed:
                 self.changed_at[j.job_id] = self.quanta
                 event(log, "partition", job=j.job_id, cpus=j.cpus, mpl=j.mpl)
-                self.groups.weigh(j.job_id, len(j.cpus))
                 self._pin_job(j)  # at once rather than at the next quantum
                 self._wake_job(j)
 
@@ -621,7 +620,7 @@ class CpuManager:
             self.ranks[key].stopped = True  # a rank that appears in a suspended job stops too
         self._pin(key, j)
         if pidfd_alive(self.ranks[key].pidfd):  # still the verified process
-            self.groups.place(j.job_id, pid, len(j.cpus))
+            self.groups.place(j.job_id, pid, j.nranks)
 
     def _untrack(self, key: RankKey) -> None:
         t = self.ranks.pop(key, None)
