@@ -1,7 +1,7 @@
 """Job CPU groups: the same folded jobs with and without a CPU cgroup per job, against the taskset split.
 
 Two CPU managers run side by side on the same CPU, one with `[cpumanager] job_cpu_groups = true` and one
-with `false` (every rank its own autogroup; groups are on by default), and the jobs alternate between them in
+with `false` (the default: every rank its own autogroup), and the jobs alternate between them in
 interleaved rounds; the reference is plain MPICH on that CPU by `taskset`. Each run has a 2-rank compute
 job (plain MPICH, by taskset) on the other CPU, as bench/patterns.py does. Programs: the plain-MPI C
 patterns of bench/patterns/patterns.c, written with no knowledge of vmsched.

@@ -9,8 +9,7 @@ repeatable.
 
 Each case runs a fixed number of iterations, calibrated once so that the local-queue run asleep at once
 takes --min-s to 3 --min-s, so every variant does the same work. Variants, in interleaved rounds
-(medians of --reps), the vmsched ones under a CPU manager without job CPU groups
-(`job_cpu_groups = false`, every rank its own autogroup):
+(medians of --reps):
 - `taskset`: plain MPICH on the job's CPUs, split by hand from the compute job (the reference);
 - `local`: local queues, the runtime as it is;
 - `sleep`: local queues, every wait asleep at once (VMRT_YIELD_WAIT_US=0);

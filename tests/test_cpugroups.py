@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import CpuManagerProcess, wait_for
-from vmsched.cpumanager.cpugroups import WEIGHT, CpuGroups, Hierarchy, cpu_group_of, find_hierarchy, job_weight
+from vmsched.cpumanager.cpugroups import CpuGroups, Hierarchy, cpu_group_of, find_hierarchy
 from vmsched.vmruntime.testing import end_job, rank_pids, selftest_cmd, vmrun_cmd
 
 V1 = """\
@@ -77,45 +77,43 @@ def grouped_ranks(cm: CpuManagerProcess, job: subprocess.Popen[str], job_id: int
     """Wait until the manager has verified the job's 4 ranks and moved them into the job's group."""
     wait_for(lambda: len(rank_pids(job.pid)) == 4 and verified(cm, job_id, 4), timeout=30, what="4 verified ranks")
     ranks = rank_pids(job.pid)
-    own = f"/{cm.cfg.instance}.job-{job_id}"
+    own = f"/{cm.cfg.instance}/job-{job_id}"
     wait_for(lambda: all(group(p) == own for p in ranks), timeout=5, what="the ranks in the job's group")
     return ranks
 
 
+def grouping(state: Path) -> Path:
+    """A state directory whose config switches job CPU groups on (off by default)."""
+    state.mkdir(parents=True, exist_ok=True)
+    (state / "vmsched.toml").write_text("[cpumanager]\njob_cpu_groups = true\n")
+    return state
+
+
 @pytest.fixture
 def node(tmp_path: Path):
-    cm = CpuManagerProcess(tmp_path / "state", "0").start()  # no config: job CPU groups are on by default
+    cm = CpuManagerProcess(grouping(tmp_path / "state"), "0").start()
     yield cm
     cm.stop()
 
 
 def test_the_ranks_of_a_job_share_its_cpu_group_which_goes_with_the_job(node: CpuManagerProcess) -> None:
     g = groups_of(node)
-    assert node.status()["cpu_groups"] == f"cgroup v{g.hierarchy.version} {g.root}/{node.cfg.instance}.job-<job>"
+    assert node.status()["cpu_groups"] == f"cgroup v{g.hierarchy.version} {g.base}"
     job = start_job(node, 31)
     try:
         grouped_ranks(node, job, 31)
         assert [j["cpu_group"] for j in node.status()["jobs"]] == [True]
-        assert g.dir(31).is_dir()
-        # One default weight per rank, as in their autogroups: at one process's weight a process outside
-        # the job on its CPU would take half of it from the job's 4 ranks.
-        name, weight = job_weight(g.hierarchy.version, 4)
-        assert (g.dir(31) / name).read_text().strip() == str(weight) == str(4 * WEIGHT[g.hierarchy.version][1])
+        assert (g.base / "job-31").is_dir()
         # Only the ranks: vmrun, mpiexec and hydra's proxy stay where they were.
         assert group(job.pid) == "/" and group(os.getpid()) == "/"
         job.send_signal(signal.SIGTERM)
         job.communicate(timeout=30)
     finally:
         end_job(job)
-    wait_for(lambda: not g.dir(31).exists(), timeout=5, what="the job's group removed with the job")
-    other = start_job(node, 36)
-    try:
-        ranks = grouped_ranks(node, other, 36)
-        node.stop()  # while the job runs
-        assert g.jobs() == [], "an orderly stop removes every group of the manager's jobs"
-        assert {group(p) for p in ranks if os.path.exists(f"/proc/{p}")} <= {"/"}
-    finally:
-        end_job(other)
+    wait_for(lambda: not (g.base / "job-31").exists(), timeout=5, what="the job's group removed with the job")
+    assert g.base.is_dir()
+    node.stop()
+    assert not g.base.exists(), "an orderly stop removes the manager's directory"
 
 
 def test_ranks_grouped_by_someone_else_are_left_there(node: CpuManagerProcess) -> None:
@@ -129,7 +127,7 @@ def test_ranks_grouped_by_someone_else_are_left_there(node: CpuManagerProcess) -
             wait_for(lambda: len(rank_pids(job.pid)) == 4 and verified(node, 32, 4), timeout=30, what="4 ranks")
             time.sleep(0.2)  # several quanta after verification
             assert {group(p) for p in rank_pids(job.pid)} == {f"/{theirs.name}"}
-            assert not g.dir(32).exists()
+            assert not (g.base / "job-32").exists()
         finally:
             end_job(job)
     finally:
@@ -148,37 +146,34 @@ def test_ranks_that_outlive_their_job_go_back_to_the_root_group(node: CpuManager
         ranks = grouped_ranks(node, job, 33)
         with node.client() as c:
             c.release(33)  # the ranks run on as plain MPI
-        wait_for(lambda: not g.dir(33).exists(), timeout=5, what="the group removed")
+        wait_for(lambda: not (g.base / "job-33").exists(), timeout=5, what="the group removed")
         assert all(group(p) == "/" for p in ranks if os.path.exists(f"/proc/{p}"))
     finally:
         end_job(job)
 
 
 def test_a_restarted_manager_keeps_the_groups_of_the_jobs_it_recovers(tmp_path: Path) -> None:
-    cm = CpuManagerProcess(tmp_path / "state", "0").start()
+    cm = CpuManagerProcess(grouping(tmp_path / "state"), "0").start()
     g = groups_of(cm)
     job = start_job(cm, 34)
     try:
         ranks = grouped_ranks(cm, job, 34)
-        own = f"/{cm.cfg.instance}.job-34"
-        g.dir(999).mkdir()  # a stale group of a job that is not in the table
+        own = f"/{cm.cfg.instance}/job-34"
+        (g.base / "job-999").mkdir()  # a stale group of a job that is not in the table
         cm.kill(signal.SIGKILL)
         cm.start()  # recovers the table
-        assert g.dir(34).is_dir() and not g.dir(999).exists()
+        assert (g.base / "job-34").is_dir() and not (g.base / "job-999").exists()
         assert all(group(p) == own for p in ranks)
         job.send_signal(signal.SIGTERM)
         job.communicate(timeout=30)
     finally:
         end_job(job)
         cm.stop()
-    assert g.jobs() == []
+    assert not g.base.exists()
 
 
-def test_groups_are_switched_off_by_the_config(tmp_path: Path) -> None:
-    state = tmp_path / "state"
-    state.mkdir()
-    (state / "vmsched.toml").write_text("[cpumanager]\njob_cpu_groups = false\n")
-    cm = CpuManagerProcess(state, "0").start()
+def test_groups_are_off_by_default(tmp_path: Path) -> None:
+    cm = CpuManagerProcess(tmp_path / "state", "0").start()
     try:
         assert cm.status()["cpu_groups"].startswith("off: switched off")
         job = start_job(cm, 35)
@@ -191,12 +186,3 @@ def test_groups_are_switched_off_by_the_config(tmp_path: Path) -> None:
             end_job(job)
     finally:
         cm.stop()
-
-
-def test_a_job_group_weighs_one_default_weight_per_rank() -> None:
-    assert job_weight(1, 4) == ("cpu.shares", 4096)
-    assert job_weight(2, 4) == ("cpu.weight", 400)
-    assert job_weight(1, 1) == ("cpu.shares", 1024)
-    assert job_weight(1, 10_000) == ("cpu.shares", 1 << 18)  # the kernel's most
-    assert job_weight(2, 500) == ("cpu.weight", 10000)
-    assert job_weight(2, 0) == ("cpu.weight", 100)

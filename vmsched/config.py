@@ -78,9 +78,9 @@ class CpuManagerConfig:
     lbd_remeasure_quanta: int = 1000  # a job decided local re-measures on the global queue this often
     default_queue: str = "lbd"  # lbd | local | global
     # Each job's ranks in a CPU cgroup of their own where the kernel would schedule each as its own
-    # autogroup (vmsched/cpumanager/cpugroups.py); needs root and the cgroup cpu controller, and does
-    # nothing without them (the manager's status says why).
-    job_cpu_groups: bool = True
+    # autogroup (vmsched/cpumanager/cpugroups.py); needs root and the cgroup cpu controller. Off by
+    # default until a timeout seen only in full CI runs with it on is understood (the README says more).
+    job_cpu_groups: bool = False
 
 
 @dataclass(frozen=True)

@@ -84,33 +84,17 @@ def cpu_group_of(proc_cgroup: str, version: int) -> str | None:
     return None
 
 
-# The CPU controller's weight file, its default (one task's or one autogroup's weight) and its maximum.
-WEIGHT = {1: ("cpu.shares", 1024, 1 << 18), 2: ("cpu.weight", 100, 10000)}
-
-
-def job_weight(version: int, nranks: int) -> tuple[str, int]:
-    """The weight file of a job's group and what to write there: one default weight per rank, as the
-    ranks have in their autogroups when all of them run. At the default weight the whole job would
-    weigh as one process: spread over a partition of N CPUs, 1/N of one on each (the kernel divides a
-    group's weight by its load on each CPU), and any process outside the job on one of its CPUs (a
-    daemon, a user's shell, a rank the manager did not verify) would take most of that CPU."""
-    name, default, most = WEIGHT[version]
-    return name, max(1, min(most, default * max(1, nranks)))
+def job_group_name(job_id: int) -> str:
+    return f"job-{int(job_id)}"
 
 
 class CpuGroups:
-    """The job groups of one CPU manager: `<hierarchy>/<instance>.job-<id>`, children of the root group.
-    Not under one directory of the instance: the kernel weighs a group against its siblings at each
-    level, so a parent of the default weight would hold all its jobs to one process's share against
-    whatever else runs on their CPUs (a process beside a 4-rank job on its CPU took 50 % of it with the
-    job's group at four times the default weight under such a parent, 20 % with the parent at that
-    weight too), and one weight for the parent cannot be right on every CPU at once."""
+    """The job groups of one CPU manager, under `<hierarchy>/<instance>/job-<id>`."""
 
     def __init__(self, instance: str, hierarchy: Hierarchy | None, why_not: str = "") -> None:
         self.hierarchy = hierarchy
         self.why_not = why_not
-        self.root = hierarchy.mount if hierarchy else None
-        self.prefix = f"{instance}.job-"
+        self.base = hierarchy.mount / instance if hierarchy else None
         self._warned: set[int] = set()
 
     @classmethod
@@ -142,29 +126,24 @@ class CpuGroups:
 
     @property
     def available(self) -> bool:
-        return self.root is not None
+        return self.base is not None
 
     def describe(self) -> str:
-        if self.root is None:
+        if self.base is None:
             return f"off: {self.why_not}"
         assert self.hierarchy is not None
-        return f"cgroup v{self.hierarchy.version} {self.root / self.prefix}<job>"
-
-    def dir(self, job_id: int) -> Path:
-        """The job's group (whether it exists or not)."""
-        assert self.root is not None
-        return self.root / f"{self.prefix}{int(job_id)}"
+        return f"cgroup v{self.hierarchy.version} {self.base}"
 
     def has(self, job_id: int) -> bool:
         """Whether the job has a group (its ranks, or some of them, were moved into it)."""
-        return self.root is not None and self.dir(job_id).is_dir()
+        return self.base is not None and self._dir(job_id).is_dir()
 
-    def jobs(self) -> list[int]:
-        """The jobs of this instance that have a group, as the directories say."""
-        if self.root is None:
-            return []
-        found = (d.name.removeprefix(self.prefix) for d in self.root.glob(f"{self.prefix}*"))
-        return sorted(int(j) for j in found if j.isdigit())
+    def _dir(self, job_id: int) -> Path:
+        assert self.base is not None
+        return self.base / job_group_name(job_id)
+
+    def _procs_file(self, d: Path) -> Path:
+        return d / "cgroup.procs"
 
     def group_of(self, pid: int) -> str | None:
         """The pid's group in the CPU hierarchy, None if it cannot be read (it exited)."""
@@ -175,25 +154,32 @@ class CpuGroups:
             return None
 
     def start(self, keep: set[int]) -> None:
-        """Remove the groups of jobs not in `keep` (left by a manager of this state directory that was
-        killed), emptied first."""
-        for job in self.jobs():
-            if job not in keep:
-                self.remove(job)
-
-    def place(self, job_id: int, pid: int, nranks: int) -> bool:
-        """Move a verified rank of the job (of `nranks`) into the job's group if the kernel schedules it
-        in the root task group (autogroups); True if it was moved."""
-        if self.root is None or self.group_of(pid) != "/":
-            return False
-        assert self.hierarchy is not None
-        d = self.dir(job_id)
+        """Make the instance's directory; groups of jobs not in `keep` (left by a manager of this state
+        directory that was killed) are emptied and removed."""
+        if self.base is None:
+            return
         try:
-            if not d.is_dir():
-                d.mkdir(mode=0o755, exist_ok=True)
-                name, weight = job_weight(self.hierarchy.version, nranks)
-                (d / name).write_text(str(weight))
-            (d / "cgroup.procs").write_text(str(int(pid)))
+            self.base.mkdir(mode=0o755, exist_ok=True)
+            if self.hierarchy is not None and self.hierarchy.version == 2:
+                (self.base / "cgroup.subtree_control").write_text("+cpu")
+        except OSError as e:
+            self.why_not, self.base = f"cannot make {self.base}: {e.strerror}", None
+            log.warning("job CPU groups off: %s", self.why_not)
+            return
+        for d in sorted(self.base.glob("job-*")):
+            job = d.name.removeprefix("job-")
+            if job.isdigit() and int(job) not in keep:
+                self.remove(int(job))
+
+    def place(self, job_id: int, pid: int) -> bool:
+        """Move a verified rank of the job into the job's group if the kernel schedules it in the root
+        task group (autogroups); True if it was moved."""
+        if self.base is None or self.group_of(pid) != "/":
+            return False
+        d = self._dir(job_id)
+        try:
+            d.mkdir(mode=0o755, exist_ok=True)
+            self._procs_file(d).write_text(str(int(pid)))
         except OSError as e:
             if e.errno != errno.ESRCH and job_id not in self._warned:  # ESRCH: it has just exited
                 self._warned.add(job_id)
@@ -206,15 +192,15 @@ class CpuGroups:
         plain MPI) go back to the root group they came from: a process in this group is the job's by
         construction (moved here as a verified rank, or forked by one)."""
         self._warned.discard(job_id)
-        if self.root is None:
+        if self.base is None:
             return
-        d = self.dir(job_id)
+        d = self._dir(job_id)
         if not d.is_dir():
             return
-        root = self.root / "cgroup.procs"
+        root = self._procs_file(self.base.parent)  # the hierarchy's root group
         for _ in range(3):  # a process may fork while it is moved out
             try:
-                pids = [int(p) for p in (d / "cgroup.procs").read_text().split()]
+                pids = [int(p) for p in self._procs_file(d).read_text().split()]
             except OSError:
                 pids = []
             for pid in pids:
@@ -234,6 +220,15 @@ class CpuGroups:
         log.warning("job %d: %s still has processes; left in place", job_id, d)
 
     def close(self) -> None:
-        """Remove every job group of this instance (the ranks run on in the root group)."""
-        for job in self.jobs():
-            self.remove(job)
+        """Remove every job group and the instance's directory (the ranks run on in the root group)."""
+        if self.base is None:
+            return
+        for d in sorted(self.base.glob("job-*")):
+            job = d.name.removeprefix("job-")
+            if job.isdigit():
+                self.remove(int(job))
+        try:
+            self.base.rmdir()
+        except OSError as e:
+            if e.errno != errno.ENOENT:
+                log.warning("cannot remove %s: %s", self.base, e.strerror)

@@ -620,7 +620,7 @@ class CpuManager:
             self.ranks[key].stopped = True  # a rank that appears in a suspended job stops too
         self._pin(key, j)
         if pidfd_alive(self.ranks[key].pidfd):  # still the verified process
-            self.groups.place(j.job_id, pid, j.nranks)
+            self.groups.place(j.job_id, pid)
 
     def _untrack(self, key: RankKey) -> None:
         t = self.ranks.pop(key, None)

@@ -100,8 +100,9 @@ class Manager:
                 self.proc.wait()
                 hung = True
         left = shm_entries(self.cfg)
-        groups = CpuGroups.detect(self.cfg.instance)
-        left += [str(groups.dir(j)) for j in groups.jobs()]  # its jobs' CPU groups (cpugroups.py)
+        base = CpuGroups.detect(self.cfg.instance).base
+        if base is not None and base.exists():  # its jobs' CPU groups (cpugroups.py)
+            left.append(str(base))
         self.unlink_leftovers()
         if hung:
             raise DaemonLeak(f"vm-cpumanager did not stop on signal {sig} within {timeout} s")
