@@ -79,7 +79,8 @@ class CpuManagerConfig:
     default_queue: str = "lbd"  # lbd | local | global
     # Each job's ranks in a CPU cgroup of their own where the kernel would schedule each as its own
     # autogroup (vmsched/cpumanager/cpugroups.py); needs root and the cgroup cpu controller. Off by
-    # default until a timeout seen only in full CI runs with it on is understood (the README says more).
+    # default: beside a grouped job a process outside it (a daemon, a shell, a CLI command) waited up to
+    # seconds for a CPU (kernel 6.18, cgroup v1; vmsched/vmruntime/README.md, bench/cpu_groups.py).
     job_cpu_groups: bool = False
 
 

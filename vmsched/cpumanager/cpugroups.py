@@ -15,6 +15,10 @@ CPU cgroup of someone else's (a Slurm step's, a systemd unit's with CPU accounti
 and taking it out would break that manager's accounting. On cgroup v2 only a rank in the root cgroup
 itself is moved (a v2 move takes a process out of its memory and pids groups as well).
 
+Off by default ([cpumanager] job_cpu_groups): on a 2-CPU VM (kernel 6.18, cgroup v1, autogroups on) a
+process outside a grouped job that spans the node waited up to seconds for a CPU, where beside the same
+job ungrouped it waited at most some 30 ms (bench/cpu_groups.py --cpus 2; the runtime's README).
+
 The parsing is pure (`find_hierarchy`, `cpu_group_of`); `CpuGroups` is the thin shell that the CPU
 manager calls. Written here rather than taken from a library: the few cgroup libraries on PyPI wrap
 systemd's D-Bus API or cgroup v1 only, and the manager needs four file operations.

@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
+from typing import Self
 
 import psutil
 
@@ -342,17 +343,35 @@ def read_stats(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-class SiblingFlipper:
+class BackgroundLoop:
+    """A thread that runs `_run` (which returns once `_stop` is set) while the object is entered."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+class SiblingFlipper(BackgroundLoop):
     """A thread that admits and releases a one-rank sibling job every `period_s`, so that the
     partition of a running job shrinks and expands again and again (`with SiblingFlipper(m):`)."""
 
     def __init__(self, manager: Manager, job_id: int = 77, period_s: float = 0.05) -> None:
-        import threading
-
+        super().__init__()
         self.manager, self.job_id, self.period_s = manager, job_id, period_s
         self.flips = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
         from vmsched.protocol import ProtocolError
@@ -368,14 +387,6 @@ class SiblingFlipper:
                 c.release(self.job_id)
                 self.flips += 1
                 self._stop.wait(self.period_s)
-
-    def __enter__(self) -> SiblingFlipper:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
 
 
 class StateSampler:
