@@ -10,7 +10,7 @@ bench/patterns/patterns.c, written with no knowledge of vmsched.
     python bench/cpu_groups.py [--programs alltoall,random-pairs] [--reps 5] [--ways default,local]
                                [--ranks 4] [--cpus 1] [--min-s 1]
 
-While each run lasts, a probe starts a trivial command (`true`) on CPU 0 every PROBE_EVERY_S and times
+While each run lasts, a probe starts a trivial command (`taskset -c 0 true`) every PROBE_EVERY_S and times
 how long it takes to start and end: what a daemon or a user's shell beside the job waits for the CPU.
 On a 2-CPU AMD EPYC VM (kernel 6.18, cgroup v1, autogroups on) it waited up to 1.7 s beside a grouped
 job on both CPUs, 0.03 s beside the same job ungrouped (vmsched/vmruntime/README.md, CPU groups): the
@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -64,7 +63,8 @@ class StartProbe(BackgroundLoop):
     def _run(self) -> None:
         while not self._stop.wait(PROBE_EVERY_S):
             t0 = time.monotonic()
-            subprocess.run(["true"], preexec_fn=lambda: os.sched_setaffinity(0, {self.cpu}), check=True)
+            # taskset rather than a preexec_fn, which may deadlock in a threaded parent
+            subprocess.run(["taskset", "-c", str(self.cpu), "true"], check=True)
             self.longest = max(self.longest, time.monotonic() - t0)
             self.count += 1
 
