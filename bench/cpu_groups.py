@@ -58,7 +58,7 @@ class StartProbe(BackgroundLoop):
 
     def __init__(self, cpu: int) -> None:
         super().__init__()
-        self.cpu, self.longest, self.count = cpu, 0.0, 0
+        self.cpu, self.longest = cpu, 0.0
 
     def _run(self) -> None:
         while not self._stop.wait(PROBE_EVERY_S):
@@ -66,7 +66,6 @@ class StartProbe(BackgroundLoop):
             # taskset rather than a preexec_fn, which may deadlock in a threaded parent
             subprocess.run(["taskset", "-c", str(self.cpu), "true"], check=True)
             self.longest = max(self.longest, time.monotonic() - t0)
-            self.count += 1
 
 
 def one(prog: Program, way: str, nranks: int, cpus: int, managers: dict[str, Manager]) -> tuple[Run, float]:
@@ -80,7 +79,7 @@ def one(prog: Program, way: str, nranks: int, cpus: int, managers: dict[str, Man
             else:
                 queue, _, which = way.partition("@")
                 m = managers[which]
-                mpl = -(-nranks // cpus)
+                mpl = -(-nranks // cpus)  # an odd count folds one rank deeper on one CPU
                 cmd = vmrun_cmd(m.state_dir, nranks, mpl, prog.argv(), queue=None if queue == "default" else queue)
                 r = run(cmd, prog, m.env())
         return r, probe.longest

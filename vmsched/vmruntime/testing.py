@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -347,8 +348,6 @@ class BackgroundLoop:
     """A thread that runs `_run` (which returns once `_stop` is set) while the object is entered."""
 
     def __init__(self) -> None:
-        import threading
-
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
