@@ -138,6 +138,11 @@ def send_app(iters: int, variant: str = "0x1") -> list[str]:
     return ["python", "-m", "vmsched.apps.send", "--class", "S", "--iters", str(iters), "--variant", variant]
 
 
+def send_for(seconds: float, variant: str = "0x1") -> list[str]:
+    """The same job run for a given time, whatever this node's speed (`send --seconds`)."""
+    return ["python", "-m", "vmsched.apps.send", "--class", "S", "--seconds", str(seconds), "--variant", variant]
+
+
 def expiring_backfill(node: Node, head_iters: int = 10) -> tuple[int, int, int]:
     """Jobs (a, head, late) on 2 CPUs: `a` holds one CPU, `head` waits for both, `late` is backfilled
     with a 1 s estimate that it far outlives, so its window expires while `head` still waits."""
