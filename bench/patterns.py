@@ -42,11 +42,11 @@ this node's noise as much as a difference between the ways. With --reps 2 or mor
 round's two runs paired), and the other way round; the raw default / best picks the way whose runs
 happened to be fastest on the very runs it is compared on, and reads high by this node's noise alone
 (`held_out`; JSON: `default_vs_best_held_out_worst` and how many cases are over 1.1). And default / each
-way *paired*: the median of the rounds' ratios, each of two runs made one after the other, which the node's
-drift in speed (20-30 % within an hour here) moves less than a ratio of medians (JSON:
-`default_vs_best_paired_worst`, against the way default loses most to, `default_vs_taskset_paired_worst`,
-and how many cases are over 1.1). Under them, the queues the detector chose in each default run (the CPU
-manager's log). Last line: JSON.
+way *paired*: the median of the rounds' ratios, each of two runs made in the same round (the ways in turn,
+in the opposite order every other round), which the node's drift in speed (20-30 % within an hour here)
+moves less than a ratio of medians (JSON: `default_vs_best_paired_worst`, against the way default loses
+most to, `default_vs_taskset_paired_worst`, and how many cases are over 1.1). Under them, the queues the
+detector chose in each default run (the CPU manager's log). Last line: JSON.
 
     python bench/patterns.py [--quick] [--reps 3] [--programs ring,halo2d,ep] [--shapes 4x1,8x2] [--ways local,rr]
                              [--plot FILE] [--command NAME=CMDLINE --check NAME=REGEX [--time NAME=REGEX]]...
@@ -441,7 +441,7 @@ def main() -> int:
                     # Rounds interleaved, medians compared: the best of six ways is a minimum over noisy
                     # runs, so one run per way biases default/best upward by the noise alone.
                     for rnd in range(args.reps):
-                        for way in order:
+                        for way in round_order(order, rnd):
                             if (way == "timesharing" and cpus == len(NODE)) or len(runs.get(way, ())) > rnd:
                                 continue
                             if runs.get(way) and runs[way][-1].capped:  # once stopped, not run again
@@ -451,6 +451,12 @@ def main() -> int:
                     rows.append(make_row(prog, nranks, cpus, args.reps, runs, args.min_s))
                     print_row(rows[-1], flush=True)
     return report(rows, args.plot)
+
+
+def round_order(ways: list[str], rnd: int) -> list[str]:
+    """The ways of round `rnd`: in turn, the other way round every other round (ABBA), so that a drift in
+    the node's speed within a round favours no way in the rounds' ratios."""
+    return ways if rnd % 2 == 0 else ways[::-1]
 
 
 def make_row(prog: Program, nranks: int, cpus: int, reps: int, runs: dict[str, list[Run]], min_s: float) -> dict:

@@ -78,3 +78,11 @@ def test_paired_ratios_follow_each_round_not_the_medians():
     r = bench.ratios(row)
     assert r["default_vs_best_paired"] == pytest.approx(1.05)  # against local, the way default loses most to
     assert r["default_vs_taskset_paired"] == pytest.approx(1.0)
+
+
+def test_every_other_round_runs_the_ways_the_other_way_round():
+    # ABBA: with the node slowing down steadily, the way run first in every round would read fastest
+    bench = load_script(BENCH)
+    ways = ["default", "taskset", "local"]
+    assert [bench.round_order(ways, r) for r in range(3)] == [ways, ways[::-1], ways]
+    assert ways == ["default", "taskset", "local"]  # the caller's list is left as it was
