@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.launcher_harness import send_app, send_for, vmapp_result
+from tests.launcher_harness import send_for, vmapp_result
 from vmsched.launcher.energy import EnergyMeter, RaplReader, cpu_seconds_between, model_energy, split_energy
 from vmsched.protocol import Client
 
@@ -83,8 +83,9 @@ def test_two_jobs_sharing_the_node_get_energy_in_proportion_to_their_cpu_seconds
     with Client(node.cfg.launcher_socket) as c:
         e0 = c.call("info")["energy"]
         assert e0["source"] == "model"
-        long = node.submit("-n", "1", "--time", "60s", "--", *send_app(150))  # start-up (~0.7 CPU-s) included
-        short = node.submit("-n", "1", "--time", "60s", "--", *send_app(20))
+        # sized in seconds, not iterations: on a faster node the two would come closer than 1.5x
+        long = node.submit("-n", "1", "--time", "60s", "--", *send_for(3.0))  # start-up (~0.7 CPU-s) included
+        short = node.submit("-n", "1", "--time", "60s", "--", *send_for(0.5))
         acct = node.wait_all_done()
         time.sleep(0.6)  # one more reading of the meter after the last end
         e1 = c.call("info")["energy"]
