@@ -36,7 +36,7 @@ def test_a_users_program_runs_every_way_and_its_result_is_checked(tmp_path):
     assert rows["cring"].split()[1] == "2x1" and " ok" in rows["cring"] and "BAD" not in rows["cring"], r.stdout
     # every way of the pids program differs from its reference run (default, local; not taskset itself)
     assert "BAD default,local" in rows["pids"], r.stdout
-    assert figures["bad_results"] == 2, figures
+    assert figures["bad_results"] == 2, (figures, r.stdout[-3000:], r.stderr[-2000:])
     # the calibration scaled {iters} up from 200: the ring's own time for 200 laps is well under 1.5 x 0.05 s
     per_way = [line for line in r.stdout.splitlines() if line.lstrip().startswith("cring 2x1 (iters")]
     assert per_way and int(per_way[0].split("(iters ")[1].split(",")[0]) > 200, r.stdout
