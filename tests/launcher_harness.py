@@ -133,14 +133,17 @@ class Node:
         return (self.work / f"vmsched-{job_id}.out").read_text()
 
 
+SEND = ["python", "-m", "vmsched.apps.send", "--class", "S"]  # the thesis's synthetic send app, class S
+
+
 def send_app(iters: int, variant: str = "0x1") -> list[str]:
-    """A verified MPI job of adjustable length: the thesis's synthetic send app, class S."""
-    return ["python", "-m", "vmsched.apps.send", "--class", "S", "--iters", str(iters), "--variant", variant]
+    """A verified MPI job of adjustable length: the send app for `iters` iterations."""
+    return [*SEND, "--iters", str(iters), "--variant", variant]
 
 
 def send_for(seconds: float, variant: str = "0x1") -> list[str]:
     """The same job run for a given time, whatever this node's speed (`send --seconds`)."""
-    return ["python", "-m", "vmsched.apps.send", "--class", "S", "--seconds", str(seconds), "--variant", variant]
+    return [*SEND, "--seconds", str(seconds), "--variant", variant]
 
 
 def expiring_backfill(node: Node, head_iters: int = 10) -> tuple[int, int, int]:
