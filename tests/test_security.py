@@ -10,6 +10,7 @@ result, and a root process must keep its affinity and never be stopped.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import json
@@ -26,6 +27,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TextIO
 
+import psutil
 import pytest
 
 from tests.conftest import CpuManagerProcess, vmsched_shm_entries, wait_for
@@ -318,6 +320,35 @@ def test_a_rank_that_is_no_descendant_of_the_leader_is_ignored(shared_node: CpuM
     leader.wait()
     wait_for(lambda: 7 not in c.partitions(), timeout=5, what="the job to end with its leader")
     c.close()
+
+
+def test_a_rank_that_maps_a_segment_named_in_bytes_not_utf8_registers_and_its_segment_goes_with_its_job(
+    shared_node: CpuManagerProcess, spawn
+) -> None:
+    """A rank's maps are read when it registers (its MPICH segment, to remove if the job is killed): a
+    name in bytes that are not UTF-8, which any user may give a file in /dev/shm, is a name like another
+    (it used to fail the registration with an internal error, and the runtime's supervisor with it)."""
+    from tests.test_supervisor import MAPPER
+
+    name = b"/dev/shm/mpich_shm_\xff\xfe_vmsec%d" % os.getpid()
+    # The job's leader (a shell, as mpiexec) and its one rank, which maps the segment.
+    leader = spawn("sh", "-c", '"$@"; :', "sh", sys.executable, "-c", MAPPER, "0", name.hex(),
+                   stdin=subprocess.PIPE, stdout=subprocess.PIPE)  # fmt: skip
+    try:
+        assert leader.stdout.readline() == b"mapped\n"
+        (rank,) = psutil.Process(leader.pid).children()
+        c = shared_node.client()
+        c.admit(8, nranks=1, max_mpl=1, queue="local", leader_pid=leader.pid)
+        c.register(8, 0, rank.pid)
+        assert c.partitions()[8] and shared_node.proc.poll() is None
+        rank.kill()  # the job is killed: MPI_Finalize never removes the segment
+        leader.wait()
+        wait_for(lambda: 8 not in c.partitions(), timeout=5, what="the job to end with its leader")
+        c.close()
+        assert not os.path.exists(name)  # removed by the manager, as the MPICH segment of a killed job
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(name)
 
 
 def test_a_table_planted_by_a_user_is_not_adopted(tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ ignores it, exit statuses (signals as 128 + N), the job's own /dev/shm segments 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pwd
@@ -231,10 +232,12 @@ def test_a_segment_orphaned_before_the_first_look_is_removed_and_no_other(linger
             path.unlink(missing_ok=True)
 
 
-# A job that holds hydra's topology file open, as MPICH's proxy does, and ends without removing it (a
-# job that calls MPI_Abort leaves it so); and a file of the same name below /tmp, which is not hydra's.
+# A job that holds hydra's topology file open, as MPICH's proxy does (under a proxy's name: only hydra's
+# processes are looked through for it), and ends without removing it (a job that calls MPI_Abort leaves
+# it so); and a file of the same name below /tmp, which is not hydra's.
 TOPOLOGY_JOB = """
-import os, sys, time
+import ctypes, os, sys, time
+ctypes.CDLL(None).prctl(15, b"hydra_pmi_proxy")  # PR_SET_NAME
 fds = [os.open(path, os.O_CREAT | os.O_RDWR, 0o600) for path in sys.argv[1:]]
 time.sleep(1.0)
 """
@@ -253,6 +256,43 @@ def test_hydras_topology_file_left_by_an_aborted_job_is_removed_and_no_file_belo
         assert nested.exists() and str(nested) not in o.noted_shm
     finally:
         topology.unlink(missing_ok=True)
+
+
+# Maps each /dev/shm file named (as bytes, hex) in argv[2:], unlinks the last argv[1] of them, says so
+# and waits on stdin.
+MAPPER = """
+import mmap, os, sys
+names, maps = [bytes.fromhex(a) for a in sys.argv[2:]], []
+for name in names:
+    fd = os.open(name, os.O_CREAT | os.O_RDWR, 0o600)
+    os.ftruncate(fd, 4096)
+    maps.append(mmap.mmap(fd, 4096))
+for name in names[len(names) - int(sys.argv[1]):]:
+    os.unlink(name)
+print("mapped", flush=True)
+sys.stdin.read()
+"""
+
+
+def test_the_segments_a_process_maps_are_read_whole_names_not_utf8_deleted_ones_and_never_vmscheds():
+    from vmsched.vmruntime.shmclean import mapped_segments
+
+    tag = f"vmsup{os.getpid()}".encode()
+    names = [b"/dev/shm/mpich_shm_" + tag, b"/dev/shm/odd_\xff_" + tag, b"/dev/shm/vmsched_" + tag,
+             b"/dev/shm/gone_" + tag]  # fmt: skip
+    p = subprocess.Popen([sys.executable, "-c", MAPPER, "1", *(n.hex() for n in names)],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE)  # fmt: skip
+    try:
+        assert p.stdout.readline() == b"mapped\n"
+        assert mapped_segments(p.pid) == {os.fsdecode(n) for n in (names[0], names[1], names[3])}
+        assert mapped_segments(p.pid, "/dev/shm/mpich_shm_") == {os.fsdecode(names[0])}
+        assert mapped_segments(p.pid, "/dev/shm/none_") == set()
+    finally:
+        p.communicate(b"")
+        for n in names:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(n)
+    assert mapped_segments(p.pid) == set()  # gone: maps nothing
 
 
 def test_remove_owned_removes_only_files_of_the_user_directly_in_its_directories(tmp_path):

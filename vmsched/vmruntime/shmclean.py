@@ -28,18 +28,28 @@ def mapped_segments(pid: int, prefix: str = "/dev/shm/") -> set[str]:
 
 
 def _read_maps(pid: int, prefix: str) -> set[str] | None:
-    """mapped_segments, or None if the maps cannot be read (a process that is gone maps nothing)."""
-    found: set[str] = set()
+    """mapped_segments, or None if the maps cannot be read (a process that is gone maps nothing).
+
+    Read whole, as bytes, and searched for `prefix` rather than parsed line by line: a rank maps a
+    hundred and more libraries, its supervisor looks ten times a second at a job's start, and a
+    polling rank loses its CPU to every millisecond of that (a path that is not UTF-8 is kept as
+    os.fsdecode makes it)."""
     try:
-        with open(f"/proc/{pid}/maps") as f:
-            for line in f:
-                i = line.find(prefix)
-                if i >= 0 and "vmsched" not in line:
-                    found.add(line[i:].rstrip("\n").removesuffix(" (deleted)"))
+        with open(f"/proc/{pid}/maps", "rb") as f:
+            maps = f.read()
     except (FileNotFoundError, ProcessLookupError):
-        pass  # gone meanwhile
+        return set()  # gone meanwhile
     except OSError:
         return None
+    found: set[str] = set()
+    key = os.fsencode(prefix)
+    i = maps.find(key)
+    while i >= 0:
+        end = maps.find(b"\n", i)
+        end = len(maps) if end < 0 else end
+        if b"vmsched" not in maps[maps.rfind(b"\n", 0, i) + 1 : end]:
+            found.add(os.fsdecode(maps[i:end]).removesuffix(" (deleted)"))
+        i = maps.find(key, end)
     return found
 
 
@@ -72,10 +82,30 @@ def _tree(pid: int) -> list[int]:
         return []
 
 
+# How hydra's processes are told from the ranks: by their command name (/proc/<pid>/comm).
+HYDRA_NAMES = ("hydra_", "mpiexec")
+
+
+def is_hydra(pid: int) -> bool:
+    """Whether `pid` is one of hydra's processes (mpiexec or a proxy), not a rank."""
+    try:
+        with open(f"/proc/{pid}/comm", "rb") as f:
+            return f.read().startswith(tuple(map(os.fsencode, HYDRA_NAMES)))
+    except OSError:
+        return False
+
+
 def job_files(pid: int) -> set[str]:
     """What `pid` and its descendants may leave behind if killed: the shared-memory segments they map
-    and hydra's topology files they hold open (cheap enough to call a few times a second)."""
-    return set().union(*(mapped_segments(p) | topology_files(p) for p in _tree(pid)))
+    and hydra's topology files they hold open (cheap enough to call a few times a second). Only
+    hydra's processes hold a topology file open (its proxies do), so only theirs are looked through:
+    a rank's descriptors (sockets, its peers' segments) are many, and reading each costs a syscall."""
+    found: set[str] = set()
+    for p in _tree(pid):
+        found |= mapped_segments(p)
+        if is_hydra(p):
+            found |= topology_files(p)
+    return found
 
 
 def shm_segments(pid: int) -> set[str]:

@@ -27,7 +27,7 @@ from types import FrameType
 
 import psutil
 
-from vmsched.vmruntime.shmclean import job_files, orphaned, remove_owned, unmapped
+from vmsched.vmruntime.shmclean import HYDRA_NAMES, job_files, orphaned, remove_owned, unmapped
 
 HYDRA_EXIT_S = 2.0  # after its ranks are killed, hydra exits by itself within this
 # How often the job's /dev/shm mappings are noted: often at first (a job may be killed within a second of its
@@ -261,6 +261,6 @@ def kill_tree(child: subprocess.Popen) -> None:
 
 def _is_hydra(p: psutil.Process) -> bool:
     try:
-        return p.name().startswith(("hydra_", "mpiexec"))
+        return p.name().startswith(HYDRA_NAMES)
     except psutil.Error:
         return False
