@@ -23,7 +23,11 @@ Ways, per program and shape, in one invocation:
   MPIR_CVAR_ENABLE_HEAVY_YIELD=1), on the job's CPUs by taskset;
 - `taskset`: plain mpiexec on the job's CPUs, split by hand from the compute job (the reference);
 - `timesharing`: plain mpiexec for both jobs, no pinning (only where the job does not fill the node:
-  a job alone on it is the `taskset` way).
+  a job alone on it is the `taskset` way);
+- `again`: default options once more, the A/A: default / again, paired, is this node's noise on that
+  case, and a default / best within that noise is no difference between the ways (left out of `best`;
+  JSON: `default_vs_again_paired_range`, and in how many cases it is off by more than 10 % either way,
+  `default_vs_again_paired_off_1_1`).
 
 Each case runs at least --min-s seconds folded: the run with default options is made first and the
 iteration count scaled until it takes MARGIN times that (an app moves to its next class while its run is
@@ -95,6 +99,7 @@ HERE = Path(__file__).resolve().parent
 HEURISTICS = ("progress", "sender", "unconsumed", "affinity", "rr")
 VMSCHED_WAYS = ("default", *HEURISTICS, "local", "sleep")
 PLAIN_WAYS = ("mpich-yield", "taskset", "timesharing")
+AGAIN = "again"  # default options a second time in each round: the A/A, never a candidate for `best`
 SHAPES = ((2, 1), (4, 1), (4, 2), (8, 2))  # (ranks, CPUs)
 NODE = node_cpus()
 COMPUTE = selftest_cmd("send", "--variant", "50x1", "--iters", "1000000", "--work", "50")  # runs until stopped
@@ -249,7 +254,7 @@ def one_run(m: Manager, prog: Program, nranks: int, cpus: int, way: str, cap: fl
     start-up (at least 1 ms)."""
     r = plain(prog, nranks, cpus, way, cap) if way in PLAIN_WAYS else folded(m, prog, nranks, cpus, way)
     if isinstance(prog, Command) and prog.net and not r.capped:
-        r = replace(r, seconds=max(r.seconds - startup_s(m, way, nranks, cpus), 0.001))
+        r = replace(r, seconds=max(r.seconds - startup_s(m, "default" if way == AGAIN else way, nranks, cpus), 0.001))
     return r
 
 
@@ -375,7 +380,7 @@ def main() -> int:
     p.add_argument("--plot", type=Path, help="also draw default/taskset and default/best per case")
     p.add_argument("--reps", type=int, default=1, help="runs per way, in interleaved rounds; medians (default 1)")
     p.add_argument("--ways", help=f"comma-separated ways (default all; default and taskset always run): "
-                                  f"{', '.join(VMSCHED_WAYS + PLAIN_WAYS)}")  # fmt: skip
+                                  f"{', '.join((*VMSCHED_WAYS, AGAIN, *PLAIN_WAYS))}")  # fmt: skip
     p.add_argument(
         "--command",
         action="append",
@@ -411,7 +416,7 @@ def main() -> int:
         shapes = parse_shapes(args.shapes) if args.shapes else list(SHAPES)
     except ValueError as e:
         p.error(str(e))
-    ways = [*VMSCHED_WAYS, *PLAIN_WAYS]
+    ways = [*VMSCHED_WAYS, AGAIN, *PLAIN_WAYS]
     if args.quick:
         shapes, ways = [(4, 1)], ["default", "progress", "sender", "local", "taskset"]
     if args.ways:
@@ -521,6 +526,8 @@ def ratios(row: dict) -> dict[str, float]:
         out["default_vs_best_paired"] = max(v for w, v in pr.items() if w in VMSCHED_WAYS)
         if "taskset" in pr:
             out["default_vs_taskset_paired"] = pr["taskset"]
+        if AGAIN in pr:
+            out["default_vs_again_paired"] = pr[AGAIN]
     return out
 
 
@@ -590,6 +597,10 @@ def report(rows: list[dict], plot: Path | None) -> int:
         if vals:
             figures[f"{key}_worst"] = round(max(vals), 3)
             figures[f"{key}_over_1_1"] = sum(v > 1.1 for v in vals)
+    aa = [r["default_vs_again_paired"] for r in rs if "default_vs_again_paired" in r]
+    if aa:  # the same way twice: how far this node's noise alone moves a paired ratio, either way
+        figures["default_vs_again_paired_range"] = [round(min(aa), 3), round(max(aa), 3)]
+        figures["default_vs_again_paired_off_1_1"] = sum(max(v, 1 / v) > 1.1 for v in aa)
     # How far apart the runs of one vmsched way were (slowest / fastest): a default / best ratio inside
     # that spread is not a difference between the ways.
     spreads = [hi / lo for r in rows for w, (lo, hi) in r["range"].items() if w in VMSCHED_WAYS and lo > 0]
@@ -629,6 +640,10 @@ def draw(rows: list[dict], rs: list[dict[str, float]], path: Path) -> None:
         pts = [(i + dx, r[key]) for i, r in zip(x, rs, strict=True) if key in r]
         if pts:  # the node's drift moves these less than the ratios of medians the bars show
             ax.scatter(*zip(*pts, strict=True), marker="_", s=120, color="r", zorder=3, label=label)
+    aa = [(i, r["default_vs_again_paired"]) for i, r in zip(x, rs, strict=True) if "default_vs_again_paired" in r]
+    if aa:  # the same way twice: the node's noise on that case
+        ax.scatter(*zip(*aa, strict=True), marker="o", s=16, facecolors="none", edgecolors="0.4", zorder=3,
+                   label="default / default again, paired (A/A: noise)")  # fmt: skip
     ax.axhline(1.1, color="red", lw=0.8, ls="--", label="1.1")
     ax.set_xticks(list(x), labels, rotation=75, fontsize=7)
     ax.set_ylabel("time ratio (lower is better)")

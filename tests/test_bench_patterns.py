@@ -23,7 +23,7 @@ def test_a_users_program_runs_every_way_and_its_result_is_checked(tmp_path):
     exe = compile_c_program(REPO / "bench" / "patterns" / "patterns.c", tmp_path)
     pids = f"{sys.executable} -c 'from mpi4py import MPI; import os; print(\"pid\", os.getpid())'"
     r = subprocess.run(
-        [sys.executable, str(BENCH), "--shapes", "2x1", "--ways", "local", "--min-s", "0.05",
+        [sys.executable, str(BENCH), "--shapes", "2x1", "--ways", "local,again", "--min-s", "0.05",
          "--command", f"cring={exe} ring {{iters}} 0", "--check", r'cring="checksum": "(\w+)"',
          "--time", r'cring="elapsed_s": ([0-9.]+)', "--command-iters", "200",
          "--command", f"pids={pids}", "--check", r"pids=pid (\d+)"],
@@ -34,13 +34,16 @@ def test_a_users_program_runs_every_way_and_its_result_is_checked(tmp_path):
     assert figures["cases"] == 2
     rows = {line.split()[0]: line for line in r.stdout.splitlines() if line.startswith(("cring ", "pids "))}
     assert rows["cring"].split()[1] == "2x1" and " ok" in rows["cring"] and "BAD" not in rows["cring"], r.stdout
-    # every way of the pids program differs from its reference run (default, local; not taskset itself)
-    assert "BAD default,local" in rows["pids"], r.stdout
-    assert figures["bad_results"] == 2, (figures, r.stdout[-3000:], r.stderr[-2000:])
+    # every way of the pids program differs from its reference run (default, again, local; not taskset itself)
+    assert "BAD again,default,local" in rows["pids"], r.stdout
+    assert figures["bad_results"] == 3, (figures, r.stdout[-3000:], r.stderr[-2000:])
+    # the A/A: default against default again, for both programs
+    lo, hi = figures["default_vs_again_paired_range"]
+    assert 0 < lo <= hi and figures["default_vs_again_paired_off_1_1"] in (0, 1, 2), figures
     # the calibration scaled {iters} up from 200: the ring's own time for 200 laps is well under 1.5 x 0.05 s
     per_way = [line for line in r.stdout.splitlines() if line.lstrip().startswith("cring 2x1 (iters")]
     assert per_way and int(per_way[0].split("(iters ")[1].split(",")[0]) > 200, r.stdout
-    # the start-up subtracted from the wall-clock command, measured for each of its ways
+    # the start-up subtracted from the wall-clock command, measured for each of its ways (again's is default's)
     assert set(figures["startup_s"]) == {"default 2x1", "taskset 2x1", "local 2x1"}, figures
 
 
@@ -69,15 +72,19 @@ def test_paired_ratios_follow_each_round_not_the_medians():
         "local": [run(True, "c", 1.0), run(True, "c", 1.5)],
         "progress": [run(True, "c", 0.9), run(True, "c", 2.0)],  # faster in one round, slower in the other
         "timesharing": [run(False, "", 30.0, capped=True)] * 2,
+        "again": [run(True, "c", 0.9), run(True, "c", 1.35)],  # default's options, faster by the noise alone
     }
     pr = bench.paired_ratios(runs)
-    assert set(pr) == {"taskset", "local", "progress"}
+    assert set(pr) == {"taskset", "local", "progress", "again"}
     assert pr["local"] == pytest.approx(1.05) and pr["taskset"] == pytest.approx(1.0)
     assert pr["progress"] == pytest.approx((1.05 / 0.9 + 1.575 / 2.0) / 2, abs=1e-4)  # the median of two
     row = {"seconds": {w: statistics.median(r.seconds for r in rs) for w, rs in runs.items()}, "paired": pr}
     r = bench.ratios(row)
     assert r["default_vs_best_paired"] == pytest.approx(1.05)  # against local, the way default loses most to
     assert r["default_vs_taskset_paired"] == pytest.approx(1.0)
+    # the A/A is reported, and never taken for the best way, paired or not
+    assert r["default_vs_again_paired"] == pytest.approx(1.05 / 0.9, abs=1e-4)
+    assert r["default_vs_best"] == pytest.approx(statistics.median([1.05, 1.575]) / statistics.median([1.0, 1.5]))
 
 
 def test_every_other_round_runs_the_ways_the_other_way_round():
