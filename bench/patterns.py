@@ -32,7 +32,11 @@ Ways, per program and shape, in one invocation:
 Each case runs at least --min-s seconds folded: the run with default options is made first and the
 iteration count scaled until it takes MARGIN times that (an app moves to its next class while its run is
 shorter): runs of one way spread by 1.5-2.6x on this node, around the first as often as under it; every
-way then runs the same count. A case whose default runs still had a median under --min-s is marked
+way then runs the same count, in rounds that start afresh: the calibration's runs only set the count
+(and the cap) and are not compared, since the run that ends a calibration is the first at its count
+and the one whose time was picked for being long enough (the rings' default runs read 1.05-1.10x
+their A/A twin's, `again`, while the calibration run was the first round's default run; p28,
+2026-11-29). A case whose default runs still had a median under --min-s is marked
 `short` (JSON: `default_median_s_min`). Every result is checked: the program's own verdict, and its
 checksum equal to that of the plain taskset run.
 Figures per row: default / best of the vmsched ways, default / taskset, timesharing / default, each from
@@ -439,21 +443,22 @@ def main() -> int:
                 for nranks, cpus in shapes:
                     if not prog.allows(nranks):
                         continue
-                    runs: dict[str, list[Run]] = {"default": [calibrate(m, prog, nranks, cpus, args.min_s)]}
-                    cap = max(CAP_MIN_S, CAP_FACTOR * runs["default"][0].seconds)
-                    runs["taskset"] = [one_run(m, prog, nranks, cpus, "taskset", cap)]
+                    # The calibration sets the count and the cap; its runs are not compared (below).
+                    calibration = calibrate(m, prog, nranks, cpus, args.min_s)
+                    cap = max(CAP_MIN_S, CAP_FACTOR * calibration.seconds)
+                    runs: dict[str, list[Run]] = {}
                     order = ["default", "taskset", *(w for w in ways if w not in ("default", "taskset"))]
                     # Rounds interleaved, medians compared: the best of six ways is a minimum over noisy
                     # runs, so one run per way biases default/best upward by the noise alone.
                     for rnd in range(args.reps):
                         for way in round_order(order, rnd):
-                            if (way == "timesharing" and cpus == len(NODE)) or len(runs.get(way, ())) > rnd:
+                            if way == "timesharing" and cpus == len(NODE):
                                 continue
                             if runs.get(way) and runs[way][-1].capped:  # once stopped, not run again
                                 runs[way].append(runs[way][-1])
                                 continue
                             runs.setdefault(way, []).append(one_run(m, prog, nranks, cpus, way, cap))
-                    rows.append(make_row(prog, nranks, cpus, args.reps, runs, args.min_s))
+                    rows.append(make_row(prog, nranks, cpus, args.reps, runs, args.min_s, calibration))
                     print_row(rows[-1], flush=True)
     return report(rows, args.plot)
 
@@ -464,14 +469,16 @@ def round_order(ways: list[str], rnd: int) -> list[str]:
     return ways if rnd % 2 == 0 else ways[::-1]
 
 
-def make_row(prog: Program, nranks: int, cpus: int, reps: int, runs: dict[str, list[Run]], min_s: float) -> dict:
+def make_row(prog: Program, nranks: int, cpus: int, reps: int, runs: dict[str, list[Run]], min_s: float,
+             calibration: Run | None = None) -> dict:  # fmt: skip
     """One case: median seconds per way, the ways that were stopped at the cap, and the ways whose result
     was not the program's or differed from the reference: the plain taskset run, or when that was
     stopped the first plain run that ended, or when none did the default run (the vmsched ways must
-    then at least agree with each other)."""
+    then at least agree with each other). The calibration's last run is checked too, as default's."""
     ended = [w for w in ("taskset", *PLAIN_WAYS) if w in runs and not runs[w][0].capped]
     ref = runs[ended[0]][0] if ended else runs["default"][0]
-    bad = sorted({w for w, rs in runs.items() for r in rs if not r.capped and (not r.ok or r.checksum != ref.checksum)})
+    checked = [*runs.items(), *([("default", [calibration])] if calibration else [])]
+    bad = sorted({w for w, rs in checked for r in rs if not r.capped and (not r.ok or r.checksum != ref.checksum)})
     return {"program": prog.label, "ranks": nranks, "cpus": cpus, "iters": prog.iters, "reps": reps, "min_s": min_s,
             "seconds": {w: round(statistics.median(r.seconds for r in rs), 4) for w, rs in runs.items()},
             "range": {w: [round(min(r.seconds for r in rs), 4), round(max(r.seconds for r in rs), 4)]
@@ -561,7 +568,7 @@ def report(rows: list[dict], plot: Path | None) -> int:
                            for w, v in row["seconds"].items())  # fmt: skip
         print(f"  {row['program']} {row['ranks']}x{row['cpus']} (iters {row['iters']}, median of {row['reps']}): "
               + per_way)  # fmt: skip
-        if row["decisions"]:  # the calibration runs, then one per round
+        if row["decisions"]:  # one per round
             print(f"    default's queues: {' | '.join(row['decisions'])}")
         if row.get("held_out"):
             h = row["held_out"]
