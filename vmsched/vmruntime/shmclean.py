@@ -30,10 +30,9 @@ def mapped_segments(pid: int, prefix: str = "/dev/shm/") -> set[str]:
 def _read_maps(pid: int, prefix: str) -> set[str] | None:
     """mapped_segments, or None if the maps cannot be read (a process that is gone maps nothing).
 
-    Read whole, as bytes, and searched for `prefix` rather than parsed line by line: a rank maps a
-    hundred and more libraries, its supervisor looks ten times a second at a job's start, and a
-    polling rank loses its CPU to every millisecond of that (a path that is not UTF-8 is kept as
-    os.fsdecode makes it)."""
+    Read as bytes: a rank maps a hundred and more libraries, its supervisor looks ten times a second at
+    a job's start, and a polling rank loses its CPU to every millisecond of decoding them; and a path
+    that is not UTF-8 (any user may name a file in /dev/shm so) is kept as os.fsdecode makes it."""
     try:
         with open(f"/proc/{pid}/maps", "rb") as f:
             maps = f.read()
@@ -41,15 +40,11 @@ def _read_maps(pid: int, prefix: str) -> set[str] | None:
         return set()  # gone meanwhile
     except OSError:
         return None
-    found: set[str] = set()
-    key = os.fsencode(prefix)
-    i = maps.find(key)
-    while i >= 0:
-        end = maps.find(b"\n", i)
-        end = len(maps) if end < 0 else end
-        if b"vmsched" not in maps[maps.rfind(b"\n", 0, i) + 1 : end]:
-            found.add(os.fsdecode(maps[i:end]).removesuffix(" (deleted)"))
-        i = maps.find(key, end)
+    key, found = os.fsencode(prefix), set()
+    for line in maps.splitlines():
+        i = line.find(key)
+        if i >= 0 and b"vmsched" not in line:
+            found.add(os.fsdecode(line[i:]).removesuffix(" (deleted)"))
     return found
 
 
@@ -83,14 +78,14 @@ def _tree(pid: int) -> list[int]:
 
 
 # How hydra's processes are told from the ranks: by their command name (/proc/<pid>/comm).
-HYDRA_NAMES = ("hydra_", "mpiexec")
+HYDRA_NAMES = (b"hydra_", b"mpiexec")
 
 
 def is_hydra(pid: int) -> bool:
     """Whether `pid` is one of hydra's processes (mpiexec or a proxy), not a rank."""
     try:
         with open(f"/proc/{pid}/comm", "rb") as f:
-            return f.read().startswith(tuple(map(os.fsencode, HYDRA_NAMES)))
+            return f.read().startswith(HYDRA_NAMES)
     except OSError:
         return False
 

@@ -27,7 +27,7 @@ from types import FrameType
 
 import psutil
 
-from vmsched.vmruntime.shmclean import HYDRA_NAMES, job_files, orphaned, remove_owned, unmapped
+from vmsched.vmruntime.shmclean import is_hydra, job_files, orphaned, remove_owned, unmapped
 
 HYDRA_EXIT_S = 2.0  # after its ranks are killed, hydra exits by itself within this
 # How often the job's /dev/shm mappings are noted: often at first (a job may be killed within a second of its
@@ -242,7 +242,7 @@ def kill_tree(child: subprocess.Popen) -> None:
         procs = psutil.Process(child.pid).children(recursive=True)
     except psutil.Error:
         procs = []
-    hydra = [p for p in procs if _is_hydra(p)]
+    hydra = [p for p in procs if is_hydra(p.pid)]
     for p in procs:
         if p not in hydra:
             with contextlib.suppress(psutil.Error):
@@ -257,10 +257,3 @@ def kill_tree(child: subprocess.Popen) -> None:
             p.kill()
     with contextlib.suppress(ProcessLookupError):
         child.kill()
-
-
-def _is_hydra(p: psutil.Process) -> bool:
-    try:
-        return p.name().startswith(HYDRA_NAMES)
-    except psutil.Error:
-        return False
