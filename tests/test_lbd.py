@@ -27,12 +27,14 @@ def drive(rates: Rates, quanta: int, params: LbdParams = P, state: LbdState | No
           switches: float = 20.0, noise: Callable[[], float] | None = None,
           speed: Callable[[bool], float] | None = None,
           idle: Callable[[bool], float] | None = None, local_rates: Rates | None = None,
-          clock: bool = False) -> list[LbdState]:  # fmt: skip
+          clock: bool = False, decided: float | None = None) -> list[LbdState]:  # fmt: skip
     """Run the detector over `quanta` quanta; `noise()` shifts each CPU time read (a rank caught
     inside or outside a compute phase); `speed(local)`: the job's MPI calls per CPU second of its ranks
     on that queue (None: the manager gives no call counts); `idle(local)`: the CPUs of its partition
     that no rank uses there, a fraction of them (None: the manager gives no idle time); `local_rates`:
-    the CPU shares on local queues, if not `rates`; `clock`: give the time of each read of CPU times."""
+    the CPU shares on local queues, if not `rates`; `clock`: give the time of each read of CPU times;
+    `decided`: the calls per CPU second on the decided global queue, if not `speed(False)` (the window's
+    ranks yield before they sleep, the decided queue's sleep at once)."""
     state = state or LbdState()
     n = len(rates(0))
     cpu, sw, calls, idled = [0.0] * n, [0.0] * n, 0.0, 0.0
@@ -41,7 +43,9 @@ def drive(rates: Rates, quanta: int, params: LbdParams = P, state: LbdState | No
         used = (local_rates or rates)(q) if state.queue_local else rates(q)
         cpu = [c + r * Q for c, r in zip(cpu, used, strict=True)]
         sw = [s + switches for s in sw]
-        calls += speed(state.queue_local) * sum(used) * Q if speed else 0.0
+        on_decided = state.phase == LBD_DECIDED and not state.queue_local
+        rate = decided if decided is not None and on_decided else speed(state.queue_local) if speed else 0.0
+        calls += rate * sum(used) * Q
         idled += idle(state.queue_local) * Q * 2 if idle else 0.0  # two CPUs
         user = None
         if state.wants_user_times(params):
@@ -397,7 +401,12 @@ def test_the_early_look_of_a_reverse_trial_also_counts_progress_per_second(
     assert states[-1].queue_local == kept
     on_local = sum(s.queue_local for s in states)
     glanced = per_cpu < 1  # failed at the early look; otherwise at the trial's end
-    assert on_local == (len(states) - first if kept else P.trial_min_quanta if glanced else states[first].trial_len)
+    # A kept trial is followed by a global trial as long as it (clocked, over enough calls): 10 % behind
+    # the local trial per second there, so not clearly, it runs to its end and local queues stay.
+    tried = sum(1 for s in states if s.global_quanta)
+    assert tried == (max(P.trial_min_quanta, states[first].trial_len) if kept else 0)
+    assert on_local == (len(states) - first - tried if kept else P.trial_min_quanta if glanced
+                        else states[first].trial_len)  # fmt: skip
 
 
 def _window(states: list[LbdState]) -> int:
@@ -543,3 +552,76 @@ def test_a_re_measure_window_with_too_few_calls_keeps_a_local_job_local_untried(
     assert states[again].trial_quanta == 0 and states[again].queue_local and states[again].unread
     assert not states[first].unread
     assert any(s.phase == LBD_STABLE for s in states[first + 1 : again])  # it did go back for a window
+
+
+HALO = 145_000.0  # MPI calls per CPU second of halo-persist's ranks (4 on 2 CPUs) in their first window
+
+
+def global_trials(states: list[LbdState]) -> list[tuple[int, int]]:
+    """(first quantum, quanta) of every global trial."""
+    out: list[tuple[int, int]] = []
+    for q, s in enumerate(states):
+        if s.global_quanta == 1:
+            out.append((q, 0))
+        if s.global_quanta:
+            out[-1] = (out[-1][0], out[-1][1] + 1)
+    return out
+
+
+@pytest.mark.parametrize(("decided", "won"), [
+    (1.17, True),  # halo-persist 4x2: 1.60 s on the decided global queue, 1.88 s on local queues
+    (1.02, False),  # not wall_margin ahead: the trial runs to its end, local queues stay
+    (0.82, False),  # behind, not clearly: to its end as well
+    (0.09, False),  # a ring: clearly behind at the first look
+])  # fmt: skip
+def test_a_kept_local_trial_is_followed_by_a_trial_of_the_decided_global_queue(decided: float, won: bool) -> None:
+    """A balanced job, decided local and kept there by its trial, runs as long on the decided global
+    queue, whose ranks sleep at once where the window's ranks yield first; it keeps that queue (until its
+    next periodic re-measure) only if it made `wall_margin` more calls per second there."""
+    states = drive(lambda q: shares(0.02), 2 * P.remeasure_quanta, speed=lambda local: HALO,
+                   decided=HALO * decided, clock=True)  # fmt: skip
+    first = decisions(states)[0]
+    assert first[1] and not states[first[0]].reverse  # local by idleness
+    trials = global_trials(states)
+    assert trials, "no global trial"
+    start, length = trials[0]
+    assert states[start].rate_local is not None and states[start - 1].trial_quanta  # right after the local trial
+    full = max(P.trial_min_quanta, states[first[0]].trial_len)
+    clearly_behind = decided < 1 - P.trial_margin
+    assert length == (P.glance_quanta if clearly_behind else full)
+    after = decisions(states)[1:]
+    if won:
+        end = start + length
+        assert after[0] == (end, False), after
+        held = states[end]
+        assert held.global_faster and held.hold_global and held.wall_decided > held.wall_local * (1 + P.wall_margin)
+        # Held on the global queue to its periodic re-measure; then measured, decided and tried again.
+        assert not any(s.queue_local for s in states[end : end + P.remeasure_quanta - 1])
+        assert len(trials) == 2 and after[-1][1] is False and states[-1].global_faster
+    else:
+        assert all(q >= first[0] + P.remeasure_quanta for q, _ in after), after  # local to the re-measure
+        assert all(s.queue_local for s in states[start + length : first[0] + P.remeasure_quanta - 1])
+        assert not any(s.global_faster for s in states)
+        assert states[start + length].wall_decided < states[start + length].wall_local * (1 + P.wall_margin)
+
+
+@pytest.mark.parametrize(("speed", "clock", "local_share", "decided"), [
+    (SEND_S, True, 1.0, 2.0),  # long phases: too few calls in the local trial to judge per second
+    (HALO, False, 1.0, 2.0),  # no time of the reads: no rate per second
+    (HALO, True, 0.8, 0.88),  # 10 % more per second but 12 % less per CPU second (load that left): stays
+])  # fmt: skip
+def test_no_global_trial_or_no_move_without_a_fair_reading(
+    speed: float, clock: bool, local_share: float, decided: float
+) -> None:
+    busy = shares(0.02)
+    states = drive(lambda q: busy, P.remeasure_quanta - 50, speed=lambda local: speed, clock=clock,
+                   local_rates=lambda q: [r * local_share for r in busy], decided=speed * decided)  # fmt: skip
+    assert decisions(states) == [(decisions(states)[0][0], True)]
+    assert states[-1].queue_local and not any(s.global_faster for s in states)
+    trials = global_trials(states)
+    if local_share == 1.0:
+        assert not trials
+    else:  # tried to its end (not clearly behind), and not kept
+        assert len(trials) == 1 and trials[0][1] == max(P.trial_min_quanta, states[decisions(states)[0][0]].trial_len)
+        s = states[trials[0][0] + trials[0][1]]
+        assert s.wall_decided > s.wall_local * (1 + P.wall_margin)

@@ -16,7 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from vmsched.vmruntime.testing import Manager, vmrun_cmd
+from vmsched.vmruntime.testing import Manager, compile_c_program, vmrun_cmd
+
+PATTERNS_C = Path(__file__).resolve().parents[1] / "bench" / "patterns" / "patterns.c"
 
 
 def send_cmd(variant: str, seconds: float, heavy_s: str | None = None) -> list[str]:
@@ -28,9 +30,11 @@ def send_cmd(variant: str, seconds: float, heavy_s: str | None = None) -> list[s
     return cmd + (["--heavy-s", heavy_s] if heavy_s else [])  # not ":": mpiexec's MPMD separator
 
 
-def run_watched(manager: Manager, job_id: int, app: list[str]) -> tuple[list[dict], list[tuple[str, float, str]]]:
+def run_watched(manager: Manager, job_id: int, app: list[str],
+                verified: str = '"verified": true') -> tuple[list[dict], list[tuple[str, float, str]]]:  # fmt: skip
     """Run the app folded (4 ranks, MPL 2) under the LBD; the job's status entries seen while it ran
-    and its decisions from the manager's log, (queue, IP, why) in order."""
+    and its decisions from the manager's log, (queue, IP, why) in order. `verified`: what the app's
+    last line says when its result is right."""
     cmd = vmrun_cmd(manager.state_dir, 4, 2, app, queue="lbd", job_id=job_id)
     proc = subprocess.Popen(cmd, env=manager.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     seen: list[dict] = []
@@ -41,7 +45,7 @@ def run_watched(manager: Manager, job_id: int, app: list[str]) -> tuple[list[dic
         time.sleep(0.02)
     out, err = proc.communicate()
     assert proc.returncode == 0, err
-    assert '"verified": true' in out.strip().splitlines()[-1], out[-2000:]
+    assert verified in out.strip().splitlines()[-1], out[-2000:]
     assert seen and seen[0]["queue"] == "global"  # every LBD job starts on the global queue
     hits = re.findall(rf"action=lbd_decision job={job_id} cvcs=[0-9.]+ ip=([0-9.e-]+) queue=(\w+) decision=\d+ "
                       r"why=(\w+)", manager.log_path.read_text())  # fmt: skip
@@ -137,3 +141,58 @@ def test_lbd_decides_again_when_an_imbalance_starts(remeasuring_manager: Manager
     assert (q1, q2, why2) == ("local", "global", "local_slower") and ip1 == ip2, decisions
     assert (why1 == "reverse_trial" and ip1 >= 0.10) or (why1 in ("idleness", "band_trial") and ip1 < 0.10), decisions
     assert [j for j in seen if j["lbd"] == "decided"][-1]["queue"] == "global"
+
+
+@pytest.fixture(scope="module")
+def patterns(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """bench/patterns/patterns.c: plain MPI, written without vmsched in mind."""
+    return compile_c_program(PATTERNS_C, tmp_path_factory.mktemp("patterns"))
+
+
+def fields(line: str) -> dict[str, str]:
+    return dict(re.findall(r"(\w+)=(\S+)", line))
+
+
+@pytest.mark.parametrize(("job", "pattern", "iters"), [
+    # Balanced (IP 0.6-10 %), its local trial keeps local queues. On the decided global queue it ran 1.17x
+    # faster than on local queues at one time of day on this node (1.60 s against 1.88 s) and as fast at
+    # another (2.04 s against 2.03 s, 2026-11-29): the trial's figures decide, as asserted here.
+    (801, "halo-persist", 60000),
+    # A ring runs 11x slower there: its global trial is clearly behind at its first look.
+    (802, "ring", 150000),
+], ids=["halo-persist", "ring"])  # fmt: skip
+def test_a_kept_local_trial_is_followed_by_a_trial_of_the_decided_global_queue(
+    manager: Manager, patterns: Path, job: int, pattern: str, iters: int
+) -> None:
+    seen, decisions = run_watched(manager, job, [str(patterns), pattern, str(iters), "1"], '"ok": true')
+    lines = manager.log_path.read_text().splitlines()
+    lost = [fields(x) for x in lines if f"action=lbd_trial job={job} queue=global kept=false" in x]
+    won = [fields(x) for x in lines if f"action=lbd_decision job={job} " in x and "why=global_faster" in x]
+    kept = [x for x in lines if f"action=lbd_trial job={job} queue=local kept=true" in x]
+    # Local queues first, kept by their trial; then one global trial, whose figures decide.
+    assert decisions and decisions[0][0] == "local" and len(kept) == 1, decisions
+    assert len(lost) + len(won) == 1, (lost, won)
+    trial = (won or lost)[0]
+    wall, wall_local = float(trial["calls_per_s_decided"]), float(trial["calls_per_s_local"])
+    cpu, cpu_local = float(trial["calls_per_cpu_s_decided"]), float(trial["calls_per_cpu_s_local"])
+    faster = wall > 1.05 * wall_local and cpu >= 0.9 * cpu_local
+    assert bool(won) == faster, trial
+    final = [j for j in seen if j["lbd"] == "decided"][-1]["queue"]
+    if won:
+        assert decisions[-1][::2] == ("global", "global_faster") and final == "global", decisions
+    else:
+        assert all(q == "local" for q, _, _ in decisions) and final == "local", decisions
+    if pattern == "ring":
+        assert lost and wall < 0.8 * wall_local, trial  # clearly behind: over at its first look
+
+
+def test_without_the_global_trial_a_kept_local_trial_is_the_last_word(tmp_path: Path, patterns: Path) -> None:
+    """`lbd_global_trial = false` in the configuration: the detector as before the global trial."""
+    config = tmp_path / "vmsched.toml"
+    config.write_text("[cpumanager]\nlbd_remeasure_quanta = 3000\nlbd_global_trial = false\n")
+    with Manager(cpus="0-1", extra=("--config", str(config))) as m:
+        seen, decisions = run_watched(m, 803, [str(patterns), "ring", "150000", "1"], '"ok": true')
+        lines = m.log_path.read_text().splitlines()
+    assert [q for q, _, _ in decisions] == ["local"], decisions
+    assert any("action=lbd_trial job=803 queue=local kept=true" in x for x in lines)
+    assert not any("action=lbd_trial job=803 queue=global" in x for x in lines)

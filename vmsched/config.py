@@ -76,6 +76,7 @@ class CpuManagerConfig:
     lbd_ip_quanta: int = 300  # the first IP window closes after this many quanta at most
     lbd_window_cpu_ms: float = 200.0  # ... and as soon as the ranks' mean CPU time in it reaches this
     lbd_remeasure_quanta: int = 1000  # a job decided local re-measures on the global queue this often
+    lbd_global_trial: bool = True  # a kept local trial is followed by one on the decided global queue
     default_queue: str = "lbd"  # lbd | local | global
     # Each job's ranks in a CPU cgroup of their own where the kernel would schedule each as its own
     # autogroup (vmsched/cpumanager/cpugroups.py); needs root and the cgroup cpu controller. Off by

@@ -100,6 +100,27 @@ CPUs is still left out, so outside load still cancels out. On this 2-CPU node th
 send.50x6, master-worker and the reduction tree (4 and 8 ranks) saw 0-0.08 s of idle time against
 0.13-0.8 s of the ranks' CPU time, so their decisions did not change.
 
+Global trial (ours): the window's global queue is not the one a job decided global runs on. While a
+job measures, its ranks yield before they sleep ("Yields in the window" above); decided global, they
+sleep at once. A program that hands its CPU over often can run faster on the decided global queue than
+on local queues even when it is balanced: halo-persist (a stencil that exchanges its halo by persistent
+requests, bench/patterns.py), 4 ranks on 2 CPUs, reads IP 0.6-10 % and its local trial keeps local
+queues, yet it ran 1.60 s on the decided global queue against 1.88 s on local queues (2026-11-29); per
+quantum its ranks made 2,800-3,200 MPI calls there and 2,200-2,800 on local queues. So a local trial
+that keeps local queues over `window_calls` calls per rank, with the time of its reads, is followed by a
+global trial as long as it, on the decided global queue. The job keeps that queue only if it made
+`wall_margin` (5 %) more calls per second of wall time there than in the local trial, and at least
+`wall_floor` of its calls per CPU second (load that left during the trial does not pass for progress);
+it is then held there until its next periodic re-measure, as a job whose local trial failed is
+(`global_faster`), since its re-check windows would read it balanced and take it straight back. Per
+second of wall time, not per CPU second with `trial_margin`: on a full partition the two read alike, and
+the gap is smaller than that margin. From `glance_quanta` (2) on, a global trial `trial_margin` behind
+the local trial per second ends at once: a ring of 4 ranks on 2 CPUs made 74,000-95,000 calls per
+second there against 960,000-1,090,000 on local queues, random pairs 220,000-280,000 against
+390,000-480,000, halo-persist of 8 ranks 218,000-222,000 against 288,000-296,000, so the trial costs
+them two quanta at that pace (the ring some 18 ms of its 1.2 s). Not at the first quantum: it holds the
+switch of queues (halo-persist's made 1,900-2,500 calls, the next ones 2,800-3,200).
+
 Reverse trial (ours): the idleness that the global queue shows is partly its own making, and an
 imbalanced job is not always faster there. A ring of 4 ranks folded 2 per CPU reads IP 9-19 % there in
 one run in three (which ranks get the CPU depends on the token's hand-offs as much as on the program),
@@ -195,6 +216,8 @@ class LbdParams:
     reverse_band: float = 1.0  # a window deciding global with IP below threshold + this is tried on local queues
     trial_min_quanta: int = 10
     band_windows: int = 4  # re-check windows in a row below the threshold, inside the band, before a local trial
+    global_trial: bool = True  # a kept local trial is followed by one on the decided global queue
+    glance_quanta: int = 2  # from this quantum on, a global trial clearly behind the local one per second is over
 
 
 @dataclass(frozen=True)
@@ -227,6 +250,10 @@ class LbdState:
     hold_global: bool = False  # local was measured slower: global until the next periodic re-measure
     one_cpu: bool = False  # decided local because the partition has one CPU (measured afresh when it grows)
     unread: bool = False  # the last decision kept the queue: its window held too few calls to read
+    global_quanta: int = 0  # quanta into a global trial (the decided global queue after a kept local trial)
+    wall_decided: float | None = None  # MPI calls per second of wall time over the last global trial
+    rate_decided: float | None = None  # ... per CPU second of the job (its ranks' and its idle CPUs')
+    global_faster: bool = False  # the last decision: a global trial beat the local trial per second
 
     @property
     def queue_local(self) -> bool:
@@ -241,6 +268,8 @@ class LbdState:
             return True
         if self.phase == LBD_DECIDED and self.local and self.trial_quanta:
             return _trial_due(self, params) or _trial_glance(self, params)  # the end of a trial, or its early look
+        if self.phase == LBD_DECIDED and self.global_quanta:
+            return self.global_quanta >= params.glance_quanta  # every quantum: it ends once clearly behind
         if self.phase == LBD_DECIDED and (self.local or self.hold_global):
             return False  # local queues: CPU time is no measure of idleness (see the module docstring)
         every = params.sample_quanta if self.phase == LBD_STABLE or self.short_phases else params.recheck_sample_quanta
@@ -312,7 +341,8 @@ def _decide(state: LbdState, ip: float | None, local: bool, times: tuple[float, 
                    base_idle=idle if times else None, base_wall=now if times else None, wall_global=wall,
                    against=0, below=0, decisions=state.decisions + 1, since_decision=0, rate_global=rate,
                    rate_local=None, wall_local=None, trial_quanta=1 if trial else 0, trial_base=calls or 0.0,
-                   trial_len=quanta, hold_global=False, band=False, unread=False)  # fmt: skip
+                   trial_len=quanta, hold_global=False, band=False, unread=False, global_quanta=0,
+                   global_faster=False)  # fmt: skip
 
 
 def _trial_due(state: LbdState, params: LbdParams) -> bool:
@@ -349,7 +379,7 @@ def _trial(state: LbdState, calls: float, times: Sequence[float] | None, since: 
     if cpu <= 0:
         return replace(state, trial_quanta=state.trial_quanta + 1, since_decision=since)
     rate = (calls - state.trial_base) / cpu
-    wall = _per_second(calls, state.trial_base, now, state.base_wall) if state.reverse else None
+    wall = _per_second(calls, state.trial_base, now, state.base_wall)
     # Rates over fewer than window_calls calls per rank are a few phases, whose count moves them: such a
     # trial overturns no decision. At the early look: the calls its end will hold at this pace.
     per_rank = (calls - state.trial_base) / len(times)
@@ -380,8 +410,44 @@ def _trial(state: LbdState, calls: float, times: Sequence[float] | None, since: 
         # local decision failed its trial is held there (its re-checks would take it straight back).
         return replace(back, rate_global=state.rate_global, wall_global=state.wall_global, rate_local=rate,
                        wall_local=wall, hold_global=not state.reverse, reverse=False)  # fmt: skip
-    return replace(state, trial_quanta=0, rate_local=rate, wall_local=wall, since_decision=since, reverse=False,
+    kept = replace(state, trial_quanta=0, rate_local=rate, wall_local=wall, since_decision=since, reverse=False,
                    band=False)  # fmt: skip
+    if params.global_trial and enough and wall is not None and not glance:
+        # The window's global queue is not the decided one: its ranks yield before they sleep (module
+        # docstring: "Global trial"). Try the decided global queue as long, from this read.
+        return replace(kept, local=False, global_quanta=1, base_user=tuple(times), base_calls=calls, base_idle=idle,
+                       base_wall=now)  # fmt: skip
+    return kept
+
+
+def _global_len(state: LbdState, params: LbdParams) -> int:
+    return max(params.trial_min_quanta, state.trial_len)
+
+
+def _global_trial(state: LbdState, calls: float, times: Sequence[float] | None, since: int, params: LbdParams,
+                  idle: float | None, now: float | None) -> LbdState:  # fmt: skip
+    """One quantum of a global trial: keep the decided global queue only if it made `wall_margin` more MPI
+    calls per second of wall time than the local trial before it (and `wall_floor` of its calls per CPU
+    second, over `window_calls` calls per rank); from `glance_quanta` on, one `trial_margin` behind it
+    per second is over at once (a ring runs 11x slower there: every quantum of it costs)."""
+    n = state.global_quanta
+    if n < params.glance_quanta or times is None or len(times) != len(state.base_user) or now is None:
+        return replace(state, global_quanta=n + 1, since_decision=since)
+    wall = _per_second(calls, state.base_calls, now, state.base_wall)
+    local = state.wall_local or 0.0
+    if n < _global_len(state, params) and wall is not None and wall >= local * (1 - params.trial_margin):
+        return replace(state, global_quanta=n + 1, since_decision=since)
+    cpu = sum(max(0.0, u - b) for u, b in zip(times, state.base_user, strict=True)) + _idle_since(state.base_idle, idle)
+    rate = (calls - (state.base_calls or 0.0)) / cpu if cpu > 0 else 0.0
+    per_rank = (calls - (state.base_calls or 0.0)) / len(times)
+    won = (wall is not None and wall > local * (1 + params.wall_margin) and per_rank >= params.window_calls
+           and rate >= (state.rate_local or 0.0) * params.wall_floor)  # fmt: skip
+    if won:
+        held = _decide(state, state.ip, False, (), None, 0.0, 1)
+        return replace(held, rate_global=state.rate_global, wall_global=state.wall_global, rate_local=state.rate_local,
+                       wall_local=state.wall_local, wall_decided=wall, rate_decided=rate, hold_global=True,
+                       global_faster=True)  # fmt: skip
+    return replace(state, local=True, global_quanta=0, wall_decided=wall, rate_decided=rate, since_decision=since)
 
 
 def _next_window(state: LbdState, times: tuple[float, ...], calls: float | None, idle: float | None,
@@ -425,6 +491,10 @@ def lbd_step(
     since = state.since_decision + 1
     if state.phase == LBD_DECIDED and state.local and state.trial_quanta and calls is not None:
         return _trial(state, calls, user_times, since, params, idle, now)
+    if state.phase == LBD_DECIDED and state.global_quanta:
+        if calls is None:  # no counts to judge it by: the local queues its trial kept
+            return replace(state, local=True, global_quanta=0, since_decision=since)
+        return _global_trial(state, calls, user_times, since, params, idle, now)
     if state.phase == LBD_DECIDED and (state.local or state.hold_global):
         if since >= params.remeasure_quanta:  # back to the global queue for one window
             return replace(state, phase=LBD_STABLE, base_user=(), quanta_stable=0, since_decision=since,

@@ -88,7 +88,8 @@ class CpuManager:
         self.lbd_params = LbdParams(threshold=cm.lbd_threshold, stable_change=cm.lbd_stable_change,
                                     stable_quanta=cm.lbd_stable_quanta, ip_quanta=cm.lbd_ip_quanta,
                                     window_cpu_s=cm.lbd_window_cpu_ms / 1000,
-                                    remeasure_quanta=cm.lbd_remeasure_quanta)  # fmt: skip
+                                    remeasure_quanta=cm.lbd_remeasure_quanta,
+                                    global_trial=cm.lbd_global_trial)  # fmt: skip
         self.lbd: dict[int, LbdState] = {}
         # job id -> (its CPUs, their idle seconds and the time, when last read; the idle seconds of its CPUs so far)
         self.idle_seen: dict[int, tuple[tuple[int, ...], tuple[float, ...], float, float]] = {}
@@ -493,8 +494,9 @@ class CpuManager:
         calls = float(snap["mpi_calls"][live].sum()) if state.phase != L.LBD_MEASURING else None
         new = lbd_step(state, switches, user, self.lbd_params, calls, ncpus=len(j.cpus), idle=idle, now=now)
         self.lbd[j.job_id] = new
-        shown = (new.phase, new.cvcs, new.ip, new.queue_local, new.rate_local)
-        if shown == (state.phase, state.cvcs, state.ip, state.queue_local, state.rate_local):
+        shown = (new.phase, new.cvcs, new.ip, new.queue_local, new.rate_local, new.decisions, new.wall_decided)
+        if shown == (state.phase, state.cvcs, state.ip, state.queue_local, state.rate_local, state.decisions,
+                     state.wall_decided):  # fmt: skip
             return
         with self.table.locked():
             self.table.set_lbd(j.slot, new.phase, new.cvcs or 0.0, new.ip)
@@ -503,17 +505,23 @@ class CpuManager:
         if new.decisions > state.decisions:
             event(log, "lbd_decision", job=j.job_id, cvcs=round(new.cvcs or 0, 4), ip=round(new.ip or 0, 4),
                   queue="local" if new.local else "global", decision=new.decisions,
-                  why="one_cpu" if new.one_cpu else "few_calls" if new.unread
+                  why="one_cpu" if new.one_cpu else "few_calls" if new.unread else "global_faster" if new.global_faster
                   else "local_slower" if not new.local and new.rate_local is not None
                   else "reverse_trial" if new.reverse else "band_trial" if new.band else "idleness",
                   calls_per_cpu_s_global=round(new.rate_global or 0, 1),
                   calls_per_cpu_s_local=round(new.rate_local or 0, 1), calls_per_s_global=round(new.wall_global or 0),
-                  calls_per_s_local=round(new.wall_local or 0))  # fmt: skip
+                  calls_per_s_local=round(new.wall_local or 0), calls_per_cpu_s_decided=round(new.rate_decided or 0, 1),
+                  calls_per_s_decided=round(new.wall_decided or 0))  # fmt: skip
         elif new.rate_local is not None and new.rate_local != state.rate_local:
             event(log, "lbd_trial", job=j.job_id, queue="local", kept=True,
                   calls_per_cpu_s_global=round(new.rate_global or 0, 1),
                   calls_per_cpu_s_local=round(new.rate_local, 1), calls_per_s_global=round(new.wall_global or 0),
                   calls_per_s_local=round(new.wall_local or 0))  # fmt: skip
+        elif new.wall_decided != state.wall_decided:  # a global trial that local queues won
+            event(log, "lbd_trial", job=j.job_id, queue="global", kept=False,
+                  calls_per_cpu_s_local=round(new.rate_local or 0, 1),
+                  calls_per_cpu_s_decided=round(new.rate_decided or 0, 1), calls_per_s_local=round(new.wall_local or 0),
+                  calls_per_s_decided=round(new.wall_decided or 0))  # fmt: skip
         elif new.phase == L.LBD_STABLE and state.phase == L.LBD_DECIDED:
             event(log, "lbd_remeasure", job=j.job_id, quanta=state.since_decision + 1)
         elif new.phase == L.LBD_DECIDED and new.ip != state.ip:  # a re-check window of a global job closed
