@@ -321,6 +321,18 @@ def _idle_since(base: float | None, idle: float | None) -> float:
     return max(0.0, idle - base) if idle is not None and base is not None else 0.0
 
 
+def _job_cpu(state: LbdState, times: Sequence[float], idle: float | None) -> float:
+    """The job's CPU seconds since the trial began: its ranks' CPU time and its partition's idle time."""
+    used = sum(max(0.0, u - b) for u, b in zip(times, state.base_user, strict=True))
+    return used + _idle_since(state.base_idle, idle)
+
+
+def _held_global(state: LbdState, **fields: object) -> LbdState:
+    """Decided global after a trial, keeping the window's rates (the trial's own are in `fields`)."""
+    back = _decide(state, state.ip, False, (), None, 0.0, 1)
+    return replace(back, rate_global=state.rate_global, wall_global=state.wall_global, **fields)  # type: ignore[arg-type]
+
+
 def _per_second(calls: float | None, base: float | None, now: float | None, then: float | None) -> float | None:
     """MPI calls per second of wall time between two reads (None where a reading is missing)."""
     if calls is None or base is None or now is None or then is None or now <= then:
@@ -375,7 +387,7 @@ def _trial(state: LbdState, calls: float, times: Sequence[float] | None, since: 
     glance = _trial_glance(state, params)
     if not (glance or _trial_due(state, params)) or times is None or len(times) != len(state.base_user):
         return replace(state, trial_quanta=state.trial_quanta + 1, since_decision=since)
-    cpu = sum(max(0.0, u - b) for u, b in zip(times, state.base_user, strict=True)) + _idle_since(state.base_idle, idle)
+    cpu = _job_cpu(state, times, idle)
     if cpu <= 0:
         return replace(state, trial_quanta=state.trial_quanta + 1, since_decision=since)
     rate = (calls - state.trial_base) / cpu
@@ -405,14 +417,12 @@ def _trial(state: LbdState, calls: float, times: Sequence[float] | None, since: 
         else:
             slower = overturns and enough
     if slower:
-        back = _decide(state, state.ip, False, (), None, 0.0, 1)
         # A reverse trial's job goes on re-checking on the global queue, as its window decided; one whose
         # local decision failed its trial is held there (its re-checks would take it straight back).
-        return replace(back, rate_global=state.rate_global, wall_global=state.wall_global, rate_local=rate,
-                       wall_local=wall, hold_global=not state.reverse, reverse=False)  # fmt: skip
+        return _held_global(state, rate_local=rate, wall_local=wall, hold_global=not state.reverse, reverse=False)
     kept = replace(state, trial_quanta=0, rate_local=rate, wall_local=wall, since_decision=since, reverse=False,
                    band=False)  # fmt: skip
-    if params.global_trial and enough and wall is not None and not glance:
+    if params.global_trial and enough and wall is not None:  # (an early look never keeps a trial)
         # The window's global queue is not the decided one: its ranks yield before they sleep (module
         # docstring: "Global trial"). Try the decided global queue as long, from this read.
         return replace(kept, local=False, global_quanta=1, base_user=tuple(times), base_calls=calls, base_idle=idle,
@@ -437,16 +447,14 @@ def _global_trial(state: LbdState, calls: float, times: Sequence[float] | None, 
     local = state.wall_local or 0.0
     if n < _global_len(state, params) and wall is not None and wall >= local * (1 - params.trial_margin):
         return replace(state, global_quanta=n + 1, since_decision=since)
-    cpu = sum(max(0.0, u - b) for u, b in zip(times, state.base_user, strict=True)) + _idle_since(state.base_idle, idle)
+    cpu = _job_cpu(state, times, idle)
     rate = (calls - (state.base_calls or 0.0)) / cpu if cpu > 0 else 0.0
     per_rank = (calls - (state.base_calls or 0.0)) / len(times)
     won = (wall is not None and wall > local * (1 + params.wall_margin) and per_rank >= params.window_calls
            and rate >= (state.rate_local or 0.0) * params.wall_floor)  # fmt: skip
     if won:
-        held = _decide(state, state.ip, False, (), None, 0.0, 1)
-        return replace(held, rate_global=state.rate_global, wall_global=state.wall_global, rate_local=state.rate_local,
-                       wall_local=state.wall_local, wall_decided=wall, rate_decided=rate, hold_global=True,
-                       global_faster=True)  # fmt: skip
+        return _held_global(state, rate_local=state.rate_local, wall_local=state.wall_local, wall_decided=wall,
+                            rate_decided=rate, hold_global=True, global_faster=True)  # fmt: skip
     return replace(state, local=True, global_quanta=0, wall_decided=wall, rate_decided=rate, since_decision=since)
 
 
