@@ -314,3 +314,52 @@ def test_remove_owned_removes_only_files_of_the_user_directly_in_its_directories
     finally:
         other_tmp.unlink(missing_ok=True)
         seg.unlink(missing_ok=True)
+
+
+# A job's top process with one child: maps the segment named on each line of its stdin, answers "ok".
+TWO_LEVELS = """
+import mmap, os, subprocess, sys, time
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+print(child.pid, flush=True)
+maps = []
+for line in sys.stdin:
+    fd = os.open(line.strip(), os.O_CREAT | os.O_RDWR, 0o600)
+    os.ftruncate(fd, 4096)
+    maps.append(mmap.mmap(fd, 4096))
+    print("ok", flush=True)
+child.kill()
+"""
+
+
+def test_a_job_is_looked_at_often_until_its_processes_and_segments_settle_then_once_a_second():
+    from vmsched.vmruntime.shmclean import LOOK_FAST_FOR_S, LOOK_FAST_S, LOOK_SLOW_S, JobLooks
+
+    segs = [f"/dev/shm/vmsup-looks-{os.getpid()}-{i}" for i in range(2)]
+    p = subprocess.Popen([sys.executable, "-c", TWO_LEVELS], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        child = int(p.stdout.readline())
+        looks = JobLooks(p.pid)
+        wait_for(lambda: child in {c.pid for c in psutil.Process(p.pid).children()}, what="the child")
+        for _ in range(3):  # the same processes, but no segment yet: it may still be in MPI_Init
+            assert looks.look() == set()
+            assert looks.interval() == LOOK_FAST_S
+        p.stdin.write(segs[0] + "\n"), p.stdin.flush()
+        assert p.stdout.readline() == "ok\n"
+        assert looks.look() == {segs[0]}
+        assert looks.interval() == LOOK_FAST_S, "its files changed at this look: not settled"
+        assert looks.look() == {segs[0]}
+        assert looks.interval() == LOOK_SLOW_S, "two looks alike, a segment among them: settled"
+        p.stdin.write(segs[1] + "\n"), p.stdin.flush()
+        assert p.stdout.readline() == "ok\n"
+        assert looks.look() == set(segs), "a segment mapped later is still found, at the slow pace"
+        assert looks.interval() == LOOK_SLOW_S
+        unsettled = JobLooks(p.pid)
+        unsettled.look()
+        assert unsettled.interval() == LOOK_FAST_S
+        unsettled.began -= LOOK_FAST_FOR_S  # a job that never settles is looked at slowly after a while
+        assert unsettled.interval() == LOOK_SLOW_S
+    finally:
+        p.communicate("")
+        for s in segs:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(s)

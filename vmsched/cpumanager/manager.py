@@ -415,6 +415,7 @@ class CpuManager:
         for j in jobs.values():
             self._scan(j)
         live_jobs = {t.job_id for t in self.ranks.values()}
+        released = False
         for j in jobs.values():
             # Without a leader a job ends when every rank that registered is gone; a one-shot job with one
             # also once all its ranks registered and are gone (a Slurm step's ranks end before its
@@ -424,11 +425,13 @@ class CpuManager:
             done = not j.leader_pid or (j.job_id in self.one_shot and seen >= j.nranks)
             if j.job_id in ended_jobs or (gone and done):
                 self._release(j, "finished")
+                released = True
         # Affinity: at once for jobs whose partition or queue changed; for the rest a slice of the
         # ranks per quantum (every rank once per repin period) in case something else changed it.
         period = self.cfg.cpumanager.repin_quanta
         phase = self.quanta % period
-        jobs = {j.job_id: j for j in self.table.jobs()}
+        if released:  # the others' partitions may have grown: read the table again (else as it was)
+            jobs = {j.job_id: j for j in self.table.jobs()}
         for j in jobs.values():
             if self.pinned_gen.get(j.job_id) != j.generation:
                 self._pin_job(j)

@@ -18,6 +18,7 @@ import contextlib
 import ctypes
 import os
 import resource
+import select
 import signal
 import subprocess
 import time
@@ -27,12 +28,9 @@ from types import FrameType
 
 import psutil
 
-from vmsched.vmruntime.shmclean import is_hydra, job_files, orphaned, remove_owned, unmapped
+from vmsched.vmruntime.shmclean import LOOK_SLOW_S, JobLooks, is_hydra, orphaned, remove_owned, unmapped
 
 HYDRA_EXIT_S = 2.0  # after its ranks are killed, hydra exits by itself within this
-# How often the job's /dev/shm mappings are noted: often at first (a job may be killed within a second of its
-# start, and MPICH maps its segment in MPI_Init), then every second.
-SCAN_FAST_S, SCAN_SLOW_S, SCAN_FAST_FOR_S = 0.1, 1.0, 5.0
 TERMINATING = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
@@ -112,28 +110,69 @@ def supervise(start: Callable[[], subprocess.Popen], grace_s: float,
             signal.signal(s, h)
 
 
+class _Wakeups:
+    """What the wait loop sleeps on: the job's top process ending (its pidfd) and any signal (Python's
+    wakeup fd), so that it sleeps as long as the looks allow and still answers at once. Popen.wait(timeout)
+    instead polls every 50 ms, and a signal that came during a long wait (a look a second, once the job has
+    settled) was seen only at its end: a second SIGINT, which is to kill at once, came after the job's top
+    process had died of the first one and left its rank running (tests/test_supervisor.py)."""
+
+    def __init__(self, child: subprocess.Popen) -> None:
+        self.child = child
+        try:
+            self.pidfd = os.pidfd_open(child.pid)
+        except (OSError, AttributeError):  # an old kernel, or the child was reaped: poll, as Popen.wait does
+            self.pidfd = -1
+        self.r, w = os.pipe()
+        os.set_blocking(self.r, False)
+        os.set_blocking(w, False)
+        self.w = w
+        try:
+            self.old_fd = signal.set_wakeup_fd(w, warn_on_full_buffer=False)
+        except ValueError:  # not the main thread: no handler of ours runs there either
+            self.old_fd = None
+
+    def wait(self, timeout: float) -> int | None:
+        """The job's exit status once it has ended, else None after `timeout` or at a signal."""
+        fds = [self.r] + ([self.pidfd] if self.pidfd >= 0 else [])
+        with contextlib.suppress(InterruptedError):
+            select.select(fds, [], [], timeout if self.pidfd >= 0 else min(timeout, 0.05))
+        with contextlib.suppress(BlockingIOError):
+            while os.read(self.r, 512):
+                pass
+        return self.child.poll()
+
+    def close(self) -> None:
+        if self.old_fd is not None:
+            signal.set_wakeup_fd(self.old_fd)
+        for fd in (self.r, self.w, self.pidfd):
+            if fd >= 0:
+                os.close(fd)
+
+
 def _wait(
     child: subprocess.Popen, signalled: list[float], grace_s: float, owner: tuple[int, int] | None, since: float
 ) -> Outcome:
     uid = os.geteuid() if owner is None else owner[0]
     notes = SegmentNotes(child.pid, owner if owner is not None and os.geteuid() == 0 and uid != 0 else None)
-    began = time.monotonic()
+    wakeups = _Wakeups(child)
     escalated = False
     try:
+        next_look = time.monotonic() + notes.interval()
         while True:
             now = time.monotonic()
-            timeout = _scan_interval(now - began)
-            if signalled and not escalated:
-                timeout = max(0.05, min(timeout, signalled[0] + grace_s - now))
-            try:
-                rc = child.wait(timeout=timeout)
-                break
-            except subprocess.TimeoutExpired:
+            if now >= next_look:
                 notes.poll()
-                if signalled and not escalated and time.monotonic() >= signalled[0] + grace_s:
-                    escalated = True
-                    kill_tree(child)
+                next_look = now + notes.interval()
+            if signalled and not escalated and now >= signalled[0] + grace_s:
+                escalated = True
+                kill_tree(child)
+            until = next_look if not signalled or escalated else min(next_look, signalled[0] + grace_s)
+            rc = wakeups.wait(max(0.0, until - now))
+            if rc is not None:
+                break
     finally:
+        wakeups.close()
         segments = notes.close()
     # Ranks killed inside MPI_Init, between two looks, leave a segment nobody was seen to map.
     segments |= orphaned(uid, since)
@@ -142,10 +181,6 @@ def _wait(
     # read from here (another user's, without CAP_SYS_PTRACE) is not seen.
     removed = [p for p in sorted(unmapped(segments)) if remove_owned(p, uid)]
     return Outcome(exit_status(rc), escalated, removed, sorted(segments))
-
-
-def _scan_interval(elapsed: float) -> float:
-    return SCAN_FAST_S if elapsed < SCAN_FAST_FOR_S else SCAN_SLOW_S
 
 
 class SegmentNotes:
@@ -158,6 +193,7 @@ class SegmentNotes:
 
     def __init__(self, root_pid: int, as_user: tuple[int, int] | None) -> None:
         self.root_pid = root_pid
+        self.looks = JobLooks(root_pid)  # in this process, where there is no watcher
         self.found: set[str] = set()
         self.watcher: int | None = None
         self.pipe = -1
@@ -189,9 +225,13 @@ class SegmentNotes:
         os.set_blocking(r, False)
         self.watcher, self.pipe = pid, r
 
+    def interval(self) -> float:
+        """Seconds until the next poll: the looks' own pace, or the watcher's slowest (it looks itself)."""
+        return self.looks.interval() if self.watcher is None else LOOK_SLOW_S
+
     def poll(self) -> None:
         if self.watcher is None:
-            self.found |= job_files(self.root_pid)
+            self.found |= self.looks.look()
             return
         with contextlib.suppress(BlockingIOError):
             while chunk := os.read(self.pipe, 65536):
@@ -215,18 +255,18 @@ class SegmentNotes:
 def _watch(root_pid: int, out: int) -> None:
     """In the watcher: report each segment the job's processes map, once, until the job's top process ends."""
     seen: set[str] = set()
-    began = time.monotonic()
+    looks = JobLooks(root_pid)
     while True:
         try:
             if psutil.Process(root_pid).status() == psutil.STATUS_ZOMBIE:
                 return
         except psutil.Error:
             return
-        new = job_files(root_pid) - seen
+        new = looks.look() - seen
         if new:
             os.write(out, "".join(f"{p}\n" for p in sorted(new)).encode())
             seen |= new
-        time.sleep(_scan_interval(time.monotonic() - began))
+        time.sleep(looks.interval())
 
 
 def _killed_with_parent() -> None:
