@@ -95,6 +95,10 @@ class ExitWatcher:
     def exited(self) -> list[Hashable]:
         return [self._keys[fd] for fd, _ in self._epoll.poll(0) if fd in self._keys]
 
+    def fileno(self) -> int:
+        """A descriptor that is readable while a watched process has exited (to wait on with select)."""
+        return self._epoll.fileno()
+
     def close(self) -> None:
         for key in list(self._fds):
             self.unwatch(key)

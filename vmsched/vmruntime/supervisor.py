@@ -28,6 +28,7 @@ from types import FrameType
 
 import psutil
 
+from vmsched.proctrack import ExitWatcher
 from vmsched.vmruntime.shmclean import LOOK_SLOW_S, JobLooks, is_hydra, orphaned, remove_owned, unmapped
 
 HYDRA_EXIT_S = 2.0  # after its ranks are killed, hydra exits by itself within this
@@ -119,24 +120,22 @@ class _Wakeups:
 
     def __init__(self, child: subprocess.Popen) -> None:
         self.child = child
-        try:
-            self.pidfd = os.pidfd_open(child.pid)
-        except (OSError, AttributeError):  # an old kernel, or the child was reaped: poll, as Popen.wait does
-            self.pidfd = -1
-        self.r, w = os.pipe()
+        self.exits = ExitWatcher()
+        # False on an old kernel (no pidfds) or when the child is gone already: then poll, as Popen.wait does.
+        self.watched = self.exits.watch("job", child.pid)
+        self.r, self.w = os.pipe()
         os.set_blocking(self.r, False)
-        os.set_blocking(w, False)
-        self.w = w
+        os.set_blocking(self.w, False)
         try:
-            self.old_fd = signal.set_wakeup_fd(w, warn_on_full_buffer=False)
+            self.old_fd = signal.set_wakeup_fd(self.w, warn_on_full_buffer=False)
         except ValueError:  # not the main thread: no handler of ours runs there either
             self.old_fd = None
 
     def wait(self, timeout: float) -> int | None:
         """The job's exit status once it has ended, else None after `timeout` or at a signal."""
-        fds = [self.r] + ([self.pidfd] if self.pidfd >= 0 else [])
+        fds = [self.r, self.exits.fileno()] if self.watched else [self.r]
         with contextlib.suppress(InterruptedError):
-            select.select(fds, [], [], timeout if self.pidfd >= 0 else min(timeout, 0.05))
+            select.select(fds, [], [], timeout if self.watched else min(timeout, 0.05))
         with contextlib.suppress(BlockingIOError):
             while os.read(self.r, 512):
                 pass
@@ -145,9 +144,9 @@ class _Wakeups:
     def close(self) -> None:
         if self.old_fd is not None:
             signal.set_wakeup_fd(self.old_fd)
-        for fd in (self.r, self.w, self.pidfd):
-            if fd >= 0:
-                os.close(fd)
+        self.exits.close()
+        os.close(self.r)
+        os.close(self.w)
 
 
 def _wait(
