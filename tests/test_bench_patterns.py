@@ -92,6 +92,38 @@ def test_paired_ratios_follow_each_round_not_the_medians():
     assert r["default_vs_best"] == pytest.approx(statistics.median([1.05, 1.575]) / statistics.median([1.0, 1.5]))
 
 
+def test_confirming_rounds_rerun_the_ways_default_loses_to_and_join_their_paired_ratios():
+    # Two rounds read default 12 % slower than local; four confirming rounds of default, local and the A/A
+    # read it as fast. The pooled median is of all six ratios; a way default is not 1.05x slower than is
+    # not re-run; a wrong result in a confirming round fails the case as one in a round does.
+    bench = load_script(BENCH)
+    run = bench.Run
+    runs = {
+        "default": [run(True, "c", 1.12), run(True, "c", 1.12)],
+        "taskset": [run(True, "c", 1.1), run(True, "c", 1.1)],  # 1.018: under CONFIRM_FROM
+        "local": [run(True, "c", 1.0), run(True, "c", 1.0)],
+        "again": [run(True, "c", 1.12), run(True, "c", 1.0)],
+    }
+    assert bench.to_confirm(bench.paired_ratios(runs)) == ["local", "again"]
+    assert bench.to_confirm({"taskset": 1.2, "again": 1.3}) == ["taskset", "again"]  # the A/A alone is no reason
+    assert bench.to_confirm({"again": 1.3}) == []
+    more = {
+        "default": [run(True, "c", 1.0)] * 4,
+        "local": [run(True, "c", 1.0)] * 4,
+        "again": [run(True, "c", 1.0)] * 4,
+    }
+    pr = bench.paired_ratios(runs, more)
+    assert pr["local"] == pytest.approx(1.0)  # median of 1.12, 1.12, 1, 1, 1, 1
+    assert pr["taskset"] == pytest.approx(1.12 / 1.1, abs=1e-4)  # the rounds' alone
+    assert pr["again"] == pytest.approx(1.0)
+    prog = SimpleNamespace(label="ring", iters=10)
+    row = bench.make_row(prog, 4, 2, 2, runs, 1.0, None, more)
+    assert row["confirmed"] == {"local": 4, "again": 4} and row["bad"] == []
+    assert row["seconds"]["default"] == pytest.approx(1.12)  # medians are of the rounds alone
+    more["local"] = [*more["local"][:3], run(True, "other", 1.0)]
+    assert bench.make_row(prog, 4, 2, 2, runs, 1.0, None, more)["bad"] == ["local"]
+
+
 def test_every_other_round_runs_the_ways_the_other_way_round():
     # ABBA: with the node slowing down steadily, the way run first in every round would read fastest
     bench = load_script(BENCH)
