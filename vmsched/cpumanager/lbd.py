@@ -33,11 +33,16 @@ needs is phases, not seconds, and every compute phase ends at an MPI call. A rin
 per CPU makes some 150,000 MPI calls per CPU second of its ranks; its 0.2 s window took 0.75 s of wall
 time, and the 1.4 s ring spent 80 % of its run measuring on the global queue, which runs it at half the
 speed of local queues. The first window therefore also closes once the ranks have made, on average,
-`window_calls` (200) MPI calls each in it and used `window_min_cpu_s` (0.015 s) of CPU each: the ring
+`window_calls` (200) MPI calls each in it and used `window_min_cpu_s` (0.005 s) of CPU each: the ring
 then decides after some 0.1 s; with the CPU times read every quantum (`sample_quanta` 1, was 5: a few
 reads of /proc per quantum and measuring job) and 0.015 s rather than 0.03 s, the window of a ring
 folded 2 per CPU closes after 7 quanta instead of 16 (each spent at a sixth of the speed of local
-queues); 200 calls in it still bound its phases to 1 % of it. A job of 8.5 ms phases (send.S: some 210
+queues); 200 calls in it still bound its phases to 1 % of it. 0.005 s since 2026-12-01: a reduction tree
+of 8 ranks on 2 CPUs made 1,750 calls per rank in its 10-quantum window at a third of the pace of local
+queues, which ran it 1.15x as fast as the default did; with 0.005 s the default ran 0.929-0.962x as long
+as with 0.015 s (medians of 12-16 paired rounds, three A/Bs), a reverse ring 4x2 0.977x, random pairs
+4x2 and halo-persist 4x2 1.00x and 0.985x (the CPU times are /proc/<pid>/schedstat's nanoseconds: 5 ms
+reads as exactly as 15 ms; what bounds the error is the calls). A job of 8.5 ms phases (send.S: some 210
 calls per CPU second) needs its 0.2 s as before. Counted in calls, not in the ranks' `ctx_switches`: a
 balanced send.S gives up its CPU some 5,500 times per CPU second on the global queue (each wait hands
 the token round), and a window of 100 of those read IP 15 %. Calls bound phases only from above (several
@@ -198,7 +203,7 @@ class LbdParams:
     ip_quanta: int = 300  # the first window closes after this many quanta even if short of CPU time
     window_cpu_s: float = 0.2
     window_calls: float = 200.0  # ... or as soon as the ranks made this many MPI calls each in it
-    window_min_cpu_s: float = 0.015  # ... and this much CPU time each
+    window_min_cpu_s: float = 0.005  # ... and this much CPU time each
     window_min_calls: float = 4.0  # no window reads IP over fewer MPI calls per rank than this (phases)
     remeasure_quanta: int = 1000
     min_switches: float = 4.0
