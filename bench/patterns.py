@@ -475,7 +475,7 @@ def main() -> int:
                             runs.setdefault(way, []).append(one_run(m, prog, nranks, cpus, way, cap))
                     more: dict[str, list[Run]] = {}
                     suspects = to_confirm(paired_ratios(runs)) if args.confirm else []
-                    for rnd in range(args.confirm if suspects else 0):
+                    for rnd in range(args.confirm if suspects else 0):  # (none without a way to confirm)
                         for way in round_order(["default", *suspects], rnd):
                             more.setdefault(way, []).append(one_run(m, prog, nranks, cpus, way, cap))
                     rows.append(make_row(prog, nranks, cpus, args.reps, runs, args.min_s, calibration, more))
@@ -493,7 +493,7 @@ def to_confirm(pr: dict[str, float]) -> list[str]:
     """The ways to run again (--confirm), from default / way paired (`paired_ratios`): those default is
     CONFIRM_FROM or more slower than, vmsched ways and taskset, and then the A/A too, so that the extra
     rounds show their own noise."""
-    slower = [w for w, v in pr.items() if w != AGAIN and (w in VMSCHED_WAYS or w == "taskset") and v >= CONFIRM_FROM]
+    slower = [w for w, v in pr.items() if (w in VMSCHED_WAYS or w == "taskset") and v >= CONFIRM_FROM]
     return [*slower, AGAIN] if slower and AGAIN in pr else slower
 
 
@@ -538,9 +538,9 @@ def paired_ratios(runs: dict[str, list[Run]], more: dict[str, list[Run]] | None 
     for w, rs in runs.items():
         if w == "default" or len(rs) != n or rs[0].capped:
             continue
-        each = [runs["default"][i].seconds / rs[i].seconds for i in range(n)]
-        each += [d.seconds / r.seconds for d, r in zip(more.get("default", ()), more.get(w, ()), strict=False)]
-        out[w] = round(statistics.median(each), 4)
+        extra = more.get(w, [])  # a confirming round runs default and each of its ways once
+        both = {"default": [*runs["default"], *more.get("default", [])[: len(extra)]], w: [*rs, *extra]}
+        out[w] = round(paired(both, w, range(n + len(extra))), 4)
     return out
 
 
