@@ -159,7 +159,8 @@ def test_in_band_windows_neither_confirm_nor_cancel_a_move_to_local_queues(betwe
 def test_a_global_job_whose_windows_stay_in_the_band_is_tried_on_local_queues(local_speed: float, kept: bool) -> None:
     """Re-check windows that read 8.5 % every time (never clearly balanced, never imbalanced): after
     band_windows of them a local trial settles it; local queues that make trial_margin less progress
-    send it back, held on the global queue until its re-measure, so it does not flap."""
+    send it back, and once they have done so twice it is held on the global queue until its re-measure,
+    so it does not flap."""
     start = LbdState(LBD_DECIDED, 0.1, local=False, decisions=1)
     # 20,000 calls per CPU second: a trial fails a job only over window_calls calls per rank.
     speed = lambda local: 20_000.0 * (local_speed if local else 1)  # noqa: E731
@@ -169,8 +170,9 @@ def test_a_global_job_whose_windows_stay_in_the_band_is_tried_on_local_queues(lo
     assert seq and seq[0][1] and closed >= P.band_windows  # tried once the band windows closed, not before
     assert states[seq[0][0]].ip == pytest.approx(0.085) and states[seq[0][0]].band
     assert states[-1].queue_local == kept
-    if not kept:
-        assert [local for _, local in seq] == [True, False] and states[-1].hold_global
+    if not kept:  # two strikes: re-checked after the first failed trial, held after the second
+        assert [local for _, local in seq] == [True, False, True, False] and states[-1].hold_global
+        assert not states[seq[1][0]].hold_global and states[seq[1][0]].struck
 
 
 def test_a_local_job_that_becomes_imbalanced_moves_to_the_global_queue_at_its_next_remeasure() -> None:
@@ -210,15 +212,18 @@ def test_a_balanced_job_that_runs_slower_on_local_queues_goes_back_to_the_global
     """The thesis's premise (balanced -> local is faster) does not hold for every pattern: a pipeline
     folded onto one CPU runs 3x slower in round robin than with the global queue's progress rule."""
     params = LbdParams(remeasure_quanta=300)
-    states = drive(lambda q: [0.5] * 4, 500, params, speed=lambda local: 20_000.0 if local else 26_000.0)
+    states = drive(lambda q: [0.5] * 4, 800, params, speed=lambda local: 20_000.0 if local else 26_000.0)
     seq = decisions(states)
-    assert [local for _, local in seq[:2]] == [True, False]
-    back = states[seq[1][0]]
-    assert back.hold_global and back.rate_local is not None and back.rate_global is not None
-    assert back.rate_local == pytest.approx(20_000) and back.rate_global == pytest.approx(26_000)
-    # The trial lasts as long as the global window it is compared with; then global until the re-measure.
-    assert seq[1][0] - seq[0][0] <= max(P.trial_min_quanta, 2 * P.window_cpu_s / (0.5 * Q)) + 1
-    stay = states[seq[1][0] : seq[1][0] + params.remeasure_quanta - 1]
+    # Two strikes: back to the global queue, re-checked there, decided local and tried again; then held.
+    assert [local for _, local in seq[:4]] == [True, False, True, False]
+    for (start, _), (back_at, _) in ((seq[0], seq[1]), (seq[2], seq[3])):
+        back = states[back_at]
+        assert back.rate_local is not None and back.rate_global is not None
+        assert back.rate_local == pytest.approx(20_000) and back.rate_global == pytest.approx(26_000)
+        # A trial lasts as long as the global window it is compared with.
+        assert back_at - start <= max(P.trial_min_quanta, 2 * P.window_cpu_s / (0.5 * Q)) + 1
+    assert not states[seq[1][0]].hold_global and states[seq[3][0]].hold_global
+    stay = states[seq[3][0] : seq[3][0] + params.remeasure_quanta - 1]  # global until the re-measure
     assert all(not s.queue_local and s.phase == LBD_DECIDED for s in stay)
 
 
@@ -257,14 +262,33 @@ def test_a_local_trial_slower_throughout_fails_once_it_holds_enough_calls(
     seq = decisions(states)
     first = seq[0][0]
     assert seq[0][1]
-    if goes_back:
-        assert [local for _, local in seq] == [True, False] and states[-1].hold_global
+    if goes_back:  # (then tried again from its re-check windows, and held after that second failure)
+        assert [local for _, local in seq] == [True, False, True, False] and states[-1].hold_global
         assert seq[1][0] - first > 2 * max(P.trial_min_quanta, states[first].trial_len)
         assert states[seq[1][0]].rate_local == pytest.approx(speed * factor, rel=0.02)
     else:
         assert [local for _, local in seq] == [True] and states[-1].queue_local
         ended = next(q for q in range(first, 600) if states[q].trial_quanta == 0)
         assert ended - first == P.ip_quanta
+
+
+def test_one_failed_local_trial_does_not_hold_a_balanced_job_off_local_queues() -> None:
+    """A trial misread once: a balanced send.S's local trial read 20 % fewer calls per CPU second than its
+    window in 4 of about 110 runs on this 2-CPU node (2026-12-01), and the job was held on the global
+    queue to its re-measure. Two strikes: after one failed trial it re-checks there, is decided local
+    again by its windows and tried again, and keeps local queues this time."""
+    stints, was_local = [0], [False]  # stints on local queues so far
+
+    def speed(local: bool) -> float:  # 4,000 calls per CPU second, a third of it in the first stint only
+        stints[0] += local and not was_local[0]
+        was_local[0] = local
+        return 4_000.0 * (0.33 if local and stints[0] == 1 else 1.0)
+
+    states = drive(lambda q: [0.5] * 4, 700, LbdParams(remeasure_quanta=2000), speed=speed)
+    seq = decisions(states)
+    assert [local for _, local in seq] == [True, False, True], seq
+    assert not any(s.hold_global for s in states) and states[-1].queue_local and not states[-1].struck
+    assert states[seq[1][0]].struck and states[seq[1][0]].rate_local == pytest.approx(4_000 * 0.33, rel=0.02)
 
 
 @given(st.floats(0.85, 2.0))
@@ -570,14 +594,15 @@ def global_trials(states: list[LbdState]) -> list[tuple[int, int]]:
 
 @pytest.mark.parametrize(("decided", "won"), [
     (1.17, True),  # halo-persist 4x2: 1.60 s on the decided global queue, 1.88 s on local queues
-    (1.02, False),  # not wall_margin ahead: the trial runs to its end, local queues stay
+    (1.02, False),  # not global_margin ahead: the trial runs to its end, local queues stay
+    (1.12, False),  # ... nor 12 % ahead: a balanced send.S's trials read up to that much by chance
     (0.82, False),  # behind, not clearly: to its end as well
     (0.09, False),  # a ring: clearly behind at the first look
 ])  # fmt: skip
 def test_a_kept_local_trial_is_followed_by_a_trial_of_the_decided_global_queue(decided: float, won: bool) -> None:
     """A balanced job, decided local and kept there by its trial, runs as long on the decided global
     queue, whose ranks sleep at once where the window's ranks yield first; it keeps that queue (until its
-    next periodic re-measure) only if it made `wall_margin` more calls per second there."""
+    next periodic re-measure) only if it made `global_margin` more calls per second there."""
     states = drive(lambda q: shares(0.02), 2 * P.remeasure_quanta, speed=lambda local: HALO,
                    decided=HALO * decided, clock=True)  # fmt: skip
     first = decisions(states)[0]
@@ -594,7 +619,7 @@ def test_a_kept_local_trial_is_followed_by_a_trial_of_the_decided_global_queue(d
         end = start + length
         assert after[0] == (end, False), after
         held = states[end]
-        assert held.global_faster and held.hold_global and held.wall_decided > held.wall_local * (1 + P.wall_margin)
+        assert held.global_faster and held.hold_global and held.wall_decided > held.wall_local * (1 + P.global_margin)
         # Held on the global queue to its periodic re-measure; then measured, decided and tried again.
         assert not any(s.queue_local for s in states[end : end + P.remeasure_quanta - 1])
         assert len(trials) == 2 and after[-1][1] is False and states[-1].global_faster
@@ -602,13 +627,13 @@ def test_a_kept_local_trial_is_followed_by_a_trial_of_the_decided_global_queue(d
         assert all(q >= first[0] + P.remeasure_quanta for q, _ in after), after  # local to the re-measure
         assert all(s.queue_local for s in states[start + length : first[0] + P.remeasure_quanta - 1])
         assert not any(s.global_faster for s in states)
-        assert states[start + length].wall_decided < states[start + length].wall_local * (1 + P.wall_margin)
+        assert states[start + length].wall_decided < states[start + length].wall_local * (1 + P.global_margin)
 
 
 @pytest.mark.parametrize(("speed", "clock", "local_share", "decided"), [
     (SEND_S, True, 1.0, 2.0),  # long phases: too few calls in the local trial to judge per second
     (HALO, False, 1.0, 2.0),  # no time of the reads: no rate per second
-    (HALO, True, 0.8, 0.88),  # 10 % more per second but 12 % less per CPU second (load that left): stays
+    (HALO, True, 0.7, 0.85),  # 21 % more per second but 15 % less per CPU second (load that left): stays
 ])  # fmt: skip
 def test_no_global_trial_or_no_move_without_a_fair_reading(
     speed: float, clock: bool, local_share: float, decided: float
@@ -624,4 +649,4 @@ def test_no_global_trial_or_no_move_without_a_fair_reading(
     else:  # tried to its end (not clearly behind), and not kept
         assert len(trials) == 1 and trials[0][1] == max(P.trial_min_quanta, states[decisions(states)[0][0]].trial_len)
         s = states[trials[0][0] + trials[0][1]]
-        assert s.wall_decided > s.wall_local * (1 + P.wall_margin)
+        assert s.wall_decided > s.wall_local * (1 + P.global_margin)
