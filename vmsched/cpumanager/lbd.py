@@ -75,26 +75,25 @@ once, such a job measured at a fraction of its speed: the ring's ranks on the gl
 us per call, 11 us yielding.
 
 Local trial (ours): the thesis's premise, balanced -> local queues are faster, does not hold for every
-pattern now that the global queue hands the token to a rank that can make progress: folded onto one
-CPU (where the local queue is plain round robin) a pipeline ran 3.1x slower on local queues
+pattern now that the global queue hands the token to a rank that can make progress: folded onto one CPU
+(where the local queue is plain round robin) a pipeline ran 3.1x slower on local queues
 (bench/patterns.py --quick, 4 ranks: 1.77 s vs 0.56 s with `progress`). So a job decided local runs a
 trial as long as the global window that led to it and compares the ranks' MPI calls (the manager's
 counters; for an iterative program a measure of progress) per CPU second of the ranks: if local made
 more than `trial_margin` less progress per CPU second, the job goes back to the global queue and stays
-there until its next periodic re-measure (after its second failed trial: "Two strikes" below).
-Per CPU second, not per quantum: a round robin that wakes ranks that cannot go on burns the CPU in
-hand-offs and polls, which this sees, while outside load, which changes from one window to the next,
-cancels out (per quantum, the trial sent balanced jobs
-back to the global queue at load 11). The margin is 20 %: a balanced send.S read 182-216 calls per
-CPU second on the global queue and 182-209 on local queues from one window to the next (load 11). A
-trial fails a job only over `window_calls` (200) calls per rank, the bound that makes a short window's
-phases 1 % of it: a balanced send.S's trial holds some 40 calls per rank, a phase more or less moves its
-rate by 20 %, and it failed so in 1 of 6 runs of tests/test_runtime_lbd.py (held on the global queue
-for the 10 s to its re-measure). A trial that is behind over fewer calls goes on until it holds them, or
-for `ip_quanta` quanta (the first window's bound), and the window's decision stands if it never does:
-a trial as long as its window would never hold them when local queues are slower, since a window that
-closed on its count of calls holds just over 200 per rank, and fewer calls in as many quanta is what
-"slower" means.
+there until its next periodic re-measure (after its second failed trial: "Two strikes" below). Per CPU
+second, not per quantum: a round robin that wakes ranks that cannot go on burns the CPU in hand-offs and
+polls, which this sees, while outside load, which changes from one window to the next, cancels out (per
+quantum, the trial sent balanced jobs back to the global queue at load 11). The margin is 20 %: a
+balanced send.S read 182-216 calls per CPU second on the global queue and 182-209 on local queues from
+one window to the next (load 11). A trial fails a job only over `window_calls` (200) calls per rank, the
+bound that makes a short window's phases 1 % of it: a balanced send.S's trial holds some 40 calls per
+rank, a phase more or less moves its rate by 20 %, and it failed so in 1 of 6 runs of
+tests/test_runtime_lbd.py (held on the global queue for the 10 s to its re-measure). A trial that is
+behind over fewer calls goes on until it holds them, or for `ip_quanta` quanta (the first window's
+bound), and the window's decision stands if it never does: a trial as long as its window would never
+hold them when local queues are slower, since a window that closed on its count of calls holds just over
+200 per rank, and fewer calls in as many quanta is what "slower" means.
 
 The CPU seconds of a trial and of its window are the job's: its ranks' CPU time and the time the CPUs
 of its partition stood idle (the manager reads /proc/stat's idle time at the instants it reads the
@@ -117,7 +116,7 @@ that keeps local queues over `window_calls` calls per rank, with the time of its
 global trial as long as it, on the decided global queue. The job keeps that queue only if it made
 `global_margin` (15 %) more calls per second of wall time there than in the local trial, and at least
 `wall_floor` of its calls per CPU second (load that left during the trial does not pass for progress);
-it is then held there until its next periodic re-measure, as a job whose local trial failed is
+it is then held there until its next periodic re-measure, as a job whose local trial failed twice is
 (`global_faster`), since its re-check windows would read it balanced and take it straight back. Per
 second of wall time, not per CPU second with `trial_margin`: on a full partition the two read alike, and
 the gap is smaller than that margin. From `glance_quanta` (2) on, a global trial `trial_margin` behind
@@ -127,7 +126,7 @@ second there against 960,000-1,090,000 on local queues, random pairs 220,000-280
 them two quanta at that pace (the ring some 18 ms of its 1.2 s). Not at the first quantum: it holds the
 switch of queues (halo-persist's made 1,900-2,500 calls, the next ones 2,800-3,200).
 
-The margin is 15 % since 2026-12-01 (was `wall_margin`, 5 %): two trials of a few tenths of a second
+The margin is 15 % since 2026-12-02 (was `wall_margin`, 5 %): two trials of a few tenths of a second
 each on this 2-CPU node differ by more than 5 % by chance. A balanced send.S (4 ranks on 2 CPUs, 0.3-s
 trials), which runs as fast on either queue (whole runs, 8 paired rounds: global / local 1.02), read
 global / local 0.64-1.12 in its 24 global trials, and 4 of 30 runs kept the decided global queue
@@ -178,9 +177,9 @@ of work (a rank without a token sleeps), so a decided-global job keeps measuring
 none at or above the threshold between them (windows in the band count neither way). A job whose
 windows stay in the band - below the threshold, never clearly - is tried on local queues after
 `band_windows` of them in a row, like a job decided local (kept unless they make `trial_margin` less
-progress per CPU second; a second failed trial holds it on the global queue until its re-measure): after 30
-imbalanced iterations, a balanced send.S read 7.2-8.4 % in every re-check window in 1 run of 6-8 and
-stayed global to its end, whatever the runtime's waiting (tests/test_runtime_lbd.py). Without the
+progress per CPU second; a second failed trial holds it on the global queue until its re-measure):
+after 30 imbalanced iterations, a balanced send.S read 7.2-8.4 % in every re-check window in 1 run of
+6-8 and stayed global to its end, whatever the runtime's waiting (tests/test_runtime_lbd.py). Without the
 ranks' call counts there is no trial, and such a job stays where it is. On local queues it
 is not: a rank whose queue-mate also waits hands the token back and forth and polls, so waiting shows as
 CPU time (the imbalanced send.50x6 reads IP 6-25 % there). A decided-local job therefore goes back to
@@ -188,12 +187,12 @@ the global queue for one window every `remeasure_quanta` quanta, and leaves it a
 threshold + `hysteresis`. The hysteresis keeps a job near the cut-off from flapping; every move costs a
 token rebuild and a re-pin.
 
-Two strikes (ours, 2026-12-01): a local trial that fails once sends the job back to the global queue
+Two strikes (ours, 2026-12-02): a local trial that fails once sends the job back to the global queue
 as a job decided global, re-checking there, not held; only a second failed trial before the next
 periodic re-measure (`struck`) holds it there. One trial misread: a balanced send.S's local trial read
 20 % fewer calls per CPU second than its window in 4 of about 110 runs on this 2-CPU node (its trials
-read 0.96-1.28 of the window in 29 other runs: load on one CPU leaves the other idle, and idle time counts as
-the job's), and the job stayed on the global queue to its re-measure. A job that is slower on local
+read 0.96-1.28 of the window in 29 other runs: load on one CPU leaves the other idle, and idle time
+counts as the job's), and the job stayed on the global queue to its re-measure. A job that is slower on local
 queues pays one more trial: its re-check windows decide local again after some 2 windows, and that
 trial holds it. A reverse trial's failure is not a strike: the window found the job imbalanced.
 
@@ -443,10 +442,9 @@ def _trial(state: LbdState, calls: float, times: Sequence[float] | None, since: 
         else:
             slower = overturns and enough
     if slower:
-        # A reverse trial's job goes on re-checking on the global queue, as its window decided; one whose
-        # local decision failed its trial is held there (its re-checks would take it straight back).
-        # A first failure is not held either (module docstring: "Two strikes"): one misread trial would
-        # keep a balanced job off local queues to its re-measure.
+        # A reverse trial's job goes on re-checking on the global queue, as its window decided, and so does
+        # one whose local decision failed its first trial (one misread trial would keep a balanced job off
+        # local queues to its re-measure); a second failure holds it there (module docstring: "Two strikes").
         held = not state.reverse and state.struck
         return _held_global(state, rate_local=rate, wall_local=wall, hold_global=held, reverse=False,
                             struck=state.struck or not state.reverse)  # fmt: skip
