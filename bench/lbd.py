@@ -31,6 +31,7 @@ from vmsched.vmruntime.testing import (  # noqa: E402
     cpu_list,
     lbd_decisions,
     node_cpus,
+    round_order,
     run_to_end,
     unwind_on_sigterm,
     vmrun_cmd,
@@ -81,8 +82,7 @@ def main() -> int:
     with Manager(cpus=cpu_list(cpus)) as m:
         for rnd in range(args.reps):
             for name, cmd in JOBS.items():
-                # ABBA: a drift in the node's speed within a round favours no queue in the paired ratios.
-                for q in QUEUES if rnd % 2 == 0 else QUEUES[::-1]:
+                for q in round_order(QUEUES, rnd):
                     job_id += 1
                     out = run_job(
                         vmrun_cmd(m.state_dir, nranks, 2, cmd, queue=q, job_id=job_id), m.env(), f"{name} on {q}"

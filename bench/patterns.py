@@ -98,6 +98,7 @@ from vmsched.vmruntime.testing import (  # noqa: E402
     mpiexec,
     node_cpus,
     rank_pids,
+    round_order,
     run_to_end,
     selftest_cmd,
     unwind_on_sigterm,
@@ -481,12 +482,6 @@ def main() -> int:
                     rows.append(make_row(prog, nranks, cpus, args.reps, runs, args.min_s, calibration, more))
                     print_row(rows[-1], flush=True)
     return report(rows, args.plot)
-
-
-def round_order(ways: list[str], rnd: int) -> list[str]:
-    """The ways of round `rnd`: in turn, the other way round every other round (ABBA), so that a drift in
-    the node's speed within a round favours no way in the rounds' ratios."""
-    return ways if rnd % 2 == 0 else ways[::-1]
 
 
 def to_confirm(pr: dict[str, float]) -> list[str]:

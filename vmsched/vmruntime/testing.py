@@ -12,6 +12,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -186,6 +187,12 @@ def lbd_decisions(log_text: str, job_id: int) -> str:
     pattern = rf"action=lbd_decision job={job_id} cvcs=[0-9.e-]+ ip=([0-9.e-]+) queue=(\w+) decision=\d+ why=(\w+)"
     hits = re.findall(pattern, log_text)
     return " > ".join(f"{queue} ({why}, IP {100 * float(ip):.1f} %)" for ip, queue, why in hits) or "undecided"
+
+
+def round_order(ways: Sequence[str], rnd: int) -> list[str]:
+    """The ways of round `rnd`: in turn, the other way round every other round (ABBA), so that a drift in
+    the node's speed within a round favours no way in the rounds' ratios."""
+    return list(ways) if rnd % 2 == 0 else list(ways)[::-1]
 
 
 def node_cpus() -> tuple[int, ...]:
