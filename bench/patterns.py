@@ -119,7 +119,7 @@ MPICH_YIELD = {"MPIR_CVAR_POLLS_BEFORE_YIELD": "1", "MPIR_CVAR_ENABLE_HEAVY_YIEL
 PATTERNS = {
     "ring": (20000, 0), "ring-rev": (20000, 0), "pipeline": (20000, 1), "master-worker": (2000, 5),
     "halo2d": (2000, 2), "alltoall": (5000, 1), "random-pairs": (10000, 1), "tree": (10000, 1),
-    "halo-rma": (2000, 1), "halo-persist": (20000, 1),
+    "halo-rma": (2000, 1), "halo-persist": (20000, 1), "groups": (20000, 1),
 }  # fmt: skip
 # A plain run may take this many times as long as the default run, and at least CAP_MIN_S, before it is
 # stopped: MPICH's one-sided synchronization spins without yielding, and halo-rma oversubscribed by hand

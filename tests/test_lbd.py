@@ -27,14 +27,16 @@ def drive(rates: Rates, quanta: int, params: LbdParams = P, state: LbdState | No
           switches: float = 20.0, noise: Callable[[], float] | None = None,
           speed: Callable[[bool], float] | None = None,
           idle: Callable[[bool], float] | None = None, local_rates: Rates | None = None,
-          clock: bool = False, decided: float | None = None) -> list[LbdState]:  # fmt: skip
+          clock: bool = False, decided: float | None = None,
+          fall: tuple[int, float] | None = None) -> list[LbdState]:  # fmt: skip
     """Run the detector over `quanta` quanta; `noise()` shifts each CPU time read (a rank caught
     inside or outside a compute phase); `speed(local)`: the job's MPI calls per CPU second of its ranks
     on that queue (None: the manager gives no call counts); `idle(local)`: the CPUs of its partition
     that no rank uses there, a fraction of them (None: the manager gives no idle time); `local_rates`:
     the CPU shares on local queues, if not `rates`; `clock`: give the time of each read of CPU times;
     `decided`: the calls per CPU second on the decided global queue, if not `speed(False)` (the window's
-    ranks yield before they sleep, the decided queue's sleep at once)."""
+    ranks yield before they sleep, the decided queue's sleep at once); `fall`: (quantum, share): from that
+    quantum on, local queues make only that share of their calls (the program changed there)."""
     state = state or LbdState()
     n = len(rates(0))
     cpu, sw, calls, idled = [0.0] * n, [0.0] * n, 0.0, 0.0
@@ -45,6 +47,8 @@ def drive(rates: Rates, quanta: int, params: LbdParams = P, state: LbdState | No
         sw = [s + switches for s in sw]
         on_decided = state.phase == LBD_DECIDED and not state.queue_local
         rate = decided if decided is not None and on_decided else speed(state.queue_local) if speed else 0.0
+        if fall and q >= fall[0] and state.queue_local:
+            rate *= fall[1]
         calls += rate * sum(used) * Q
         idled += idle(state.queue_local) * Q * 2 if idle else 0.0  # two CPUs
         user = None
@@ -650,3 +654,40 @@ def test_no_global_trial_or_no_move_without_a_fair_reading(
         assert len(trials) == 1 and trials[0][1] == max(P.trial_min_quanta, states[decisions(states)[0][0]].trial_len)
         s = states[trials[0][0] + trials[0][1]]
         assert s.wall_decided > s.wall_local * (1 + P.global_margin)
+
+
+def remeasures(states: list[LbdState]) -> list[tuple[int, bool]]:
+    """(quantum, fell) of every re-measure of a decided job: back on the global queue to measure."""
+    return [(q, s.fell) for q, (a, s) in enumerate(zip(states, states[1:], strict=False), 1)
+            if a.phase == LBD_DECIDED and s.phase == LBD_STABLE]  # fmt: skip
+
+
+LOCAL_FASTER = {"speed": lambda local: 30_000.0 if local else 20_000.0, "clock": True}
+
+
+def test_a_local_job_whose_progress_falls_is_re_measured_at_once() -> None:
+    """A decided-local job whose MPI calls per second fall under `watch_drop` of its local trial's goes back
+    to the global queue to measure at its next watch reads, not 10 s later at its periodic re-measure: a
+    job split in two communicators ran 4x slower on local queues once one half was done (README, "Watching
+    a local job")."""
+    fall_at = 400
+    states = drive(lambda q: [0.5] * 4, 700, P, fall=(fall_at, 0.2), **LOCAL_FASTER)  # type: ignore[arg-type]
+    assert decisions(states)[0][1] and decisions(states)[0][0] < fall_at  # decided local before
+    (q, fell), *_ = remeasures(states)
+    assert fell and fall_at < q <= fall_at + 2 * P.watch_quanta, remeasures(states)
+
+
+@pytest.mark.parametrize("share", [0.7, 1.0])
+def test_a_local_job_whose_progress_moves_within_its_noise_is_not_re_measured_early(share: float) -> None:
+    params = LbdParams(remeasure_quanta=600)
+    states = drive(lambda q: [0.5] * 4, 1000, params, fall=(300, share), **LOCAL_FASTER)  # type: ignore[arg-type]
+    q0 = decisions(states)[0][0]
+    assert [fell for _, fell in remeasures(states)] == [False], remeasures(states)
+    assert remeasures(states)[0][0] == q0 + params.remeasure_quanta
+
+
+def test_a_local_job_without_a_trial_is_not_watched() -> None:
+    """No call counts (and so no local trial): nothing to compare with, no watch reads."""
+    states = drive(lambda q: [0.5] * 4, 700, P, clock=True)
+    assert decisions(states)[0][1] and not any(fell for _, fell in remeasures(states))
+    assert all(s.watch is None for s in states)

@@ -88,9 +88,9 @@ def test_sender_walks_a_ring_backwards(patterns, tmp_path):
 # MPI functions that never wait for another rank (local queries), and communicator management, whose
 # waits happen inside MPICH where the runtime's sched_yield hook catches them (libvmrt.c).
 LOCAL = {"MPI_Comm_rank", "MPI_Comm_size", "MPI_Wtime", "MPI_Dims_create", "MPI_Cart_coords", "MPI_Cart_shift"}
-WAITS_VIA_YIELD = {"MPI_Cart_create", "MPI_Comm_free"}
+WAITS_VIA_YIELD = {"MPI_Cart_create", "MPI_Comm_split", "MPI_Comm_free"}
 PATTERNS = ("ring", "ring-rev", "pipeline", "master-worker", "halo2d", "alltoall", "random-pairs", "tree", "halo-rma",
-            "halo-persist")  # fmt: skip
+            "halo-persist", "groups")  # fmt: skip
 
 
 def symbols(path: Path, *flags: str) -> set[str]:

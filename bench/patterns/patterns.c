@@ -4,7 +4,8 @@
  *
  * PATTERN: ring (rank r sends to r+1), ring-rev (to r-1), pipeline, master-worker, halo2d, alltoall,
  * random-pairs, tree, halo-rma (a 1-D halo exchanged by MPI_Put between MPI_Win_fence calls),
- * halo-persist (the same stencil, its halo exchanged by persistent requests). ITERS:
+ * halo-persist (the same stencil, its halo exchanged by persistent requests), groups (each half of the
+ * ranks reduces on a communicator of its own, the second half for 4 times the rounds). ITERS:
  * rounds; WORK: compute units per rank per round (one unit is a fixed number of arithmetic steps).
  * Rank 0 prints one JSON line: {"pattern", "ok", "checksum", "elapsed_s"}. "ok" is the program's own
  * check (every token, item, task and reduction arrived and adds up); "checksum" depends on the
@@ -334,6 +335,27 @@ static uint64_t tree(long iters, long work) {
     return okall ? acc : 0;
 }
 
+/* An ensemble of two unequal members: each half of the ranks on a communicator of its own
+ * (MPI_Comm_split) reduces a value every round, the second half for four times the rounds of the first, so
+ * that the first is done a quarter of the way and waits in the final reductions on MPI_COMM_WORLD. */
+static uint64_t groups(long iters, long work) {
+    int g = rank >= size / 2, lo = g ? size / 2 : 0, hi = g ? size : size / 2;
+    MPI_Comm comm;
+    MPI_Comm_split(MPI_COMM_WORLD, g, rank, &comm);
+    uint64_t acc = 0;
+    int ok = 1;
+    for (long it = 0; it < iters * (1 + 3 * g); it++) {
+        uint64_t v = mix((uint64_t)(it * 1000003 + rank)), s = 0, want = 0;
+        MPI_Allreduce(&v, &s, 1, MPI_UINT64_T, MPI_SUM, comm);
+        for (int j = lo; j < hi; j++) want += mix((uint64_t)(it * 1000003 + j));
+        ok &= s == want;
+        acc += s;
+        acc ^= compute(work, (uint64_t)(it * size + rank)) & 0xff;
+    }
+    MPI_Comm_free(&comm);
+    return agreed_sum(acc, ok);
+}
+
 int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -358,6 +380,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(name, "tree")) sum = tree(iters, work);
     else if (!strcmp(name, "halo-rma")) sum = halo_rma(iters, work);
     else if (!strcmp(name, "halo-persist")) sum = halo_persist(iters, work);
+    else if (!strcmp(name, "groups")) sum = groups(iters, work);
     else {
         if (rank == 0) fprintf(stderr, "patterns: unknown pattern %s\n", name);
         MPI_Finalize();

@@ -242,6 +242,8 @@ class LbdParams:
     global_trial: bool = True  # a kept local trial is followed by one on the decided global queue
     glance_quanta: int = 2  # from this quantum on, a global trial clearly behind the local one per second is over
     global_margin: float = 0.15  # a global trial keeps the decided global queue with this much more progress per second
+    watch_quanta: int = 10  # a decided-local job's MPI calls per second are read this often ...
+    watch_drop: float = 0.5  # ... and it is re-measured at once when they fall under this share of its trial's
 
 
 @dataclass(frozen=True)
@@ -279,6 +281,8 @@ class LbdState:
     rate_decided: float | None = None  # ... per CPU second of the job (its ranks' and its idle CPUs')
     global_faster: bool = False  # the last decision: a global trial beat the local trial per second
     struck: bool = False  # a local trial failed since the last periodic re-measure: the next failure holds the job
+    watch: tuple[float, float] | None = None  # a decided-local job's MPI calls and the time at its last watch read
+    fell: bool = False  # the running re-measure began because the job's progress fell (not the periodic one)
 
     @property
     def queue_local(self) -> bool:
@@ -296,7 +300,9 @@ class LbdState:
         if self.phase == LBD_DECIDED and self.global_quanta:
             return self.global_quanta >= params.glance_quanta  # every quantum: it ends once clearly behind
         if self.phase == LBD_DECIDED and (self.local or self.hold_global):
-            return False  # local queues: CPU time is no measure of idleness (see the module docstring)
+            # Local queues: CPU time is no measure of idleness (see the module docstring); read only for the
+            # time of the watch reads (module docstring: "Watching a local job").
+            return _watching(self, params, self.since_decision + 1)
         every = params.sample_quanta if self.phase == LBD_STABLE or self.short_phases else params.recheck_sample_quanta
         nxt = self.quanta_stable + 1
         return nxt % every == 0 or (self.phase == LBD_STABLE and nxt >= params.ip_quanta)
@@ -379,7 +385,7 @@ def _decide(state: LbdState, ip: float | None, local: bool, times: tuple[float, 
                    against=0, below=0, decisions=state.decisions + 1, since_decision=0, rate_global=rate,
                    rate_local=None, wall_local=None, trial_quanta=1 if trial else 0, trial_base=calls or 0.0,
                    trial_len=quanta, hold_global=False, band=False, unread=False, global_quanta=0,
-                   global_faster=False)  # fmt: skip
+                   global_faster=False, watch=None)  # fmt: skip
 
 
 def _trial_due(state: LbdState, params: LbdParams) -> bool:
@@ -486,6 +492,24 @@ def _global_trial(state: LbdState, calls: float, times: Sequence[float] | None, 
     return replace(state, local=True, global_quanta=0, wall_decided=wall, rate_decided=rate, since_decision=since)
 
 
+def _watching(state: LbdState, params: LbdParams, since: int) -> bool:
+    """Whether quantum `since` of a decided-local job is a watch read: its local trial gave a rate of calls
+    per second to compare with."""
+    return (state.phase == LBD_DECIDED and bool(state.local) and not state.hold_global and bool(state.wall_local)
+            and params.watch_quanta > 0 and since % params.watch_quanta == 0)  # fmt: skip
+
+
+def _progress_fell(state: LbdState, calls: float, now: float, nranks: int, params: LbdParams) -> bool | None:
+    """Whether a decided-local job made fewer than `watch_drop` of its local trial's MPI calls per second of
+    wall time since its last watch read; None: too soon to tell, since at the trial's pace its ranks would
+    have made fewer than `window_calls` calls each (a phase more or less would move the rate)."""
+    if state.watch is None or not state.wall_local or now <= state.watch[1]:
+        return None
+    if state.wall_local * (now - state.watch[1]) < params.window_calls * max(1, nranks):
+        return None
+    return (calls - state.watch[0]) / (now - state.watch[1]) < state.wall_local * params.watch_drop
+
+
 def _next_window(state: LbdState, times: tuple[float, ...], calls: float | None, idle: float | None,
                  now: float | None, since: int, **more: object) -> LbdState:  # fmt: skip
     """A window opens at this read: its bases are the ranks' CPU times, their calls, the partition's idle
@@ -532,9 +556,13 @@ def lbd_step(
             return replace(state, local=True, global_quanta=0, since_decision=since)
         return _global_trial(state, calls, user_times, since, params, idle, now)
     if state.phase == LBD_DECIDED and (state.local or state.hold_global):
-        if since >= params.remeasure_quanta:  # back to the global queue for one window
+        watched = _watching(state, params, since) and user_times is not None and calls is not None and now is not None
+        fell = _progress_fell(state, calls, now, len(user_times), params) if watched else None  # type: ignore[arg-type]
+        if since >= params.remeasure_quanta or fell:  # back to the global queue for one window
             return replace(state, phase=LBD_STABLE, base_user=(), quanta_stable=0, since_decision=since,
-                           trial_quanta=0, hold_global=False, struck=False)  # fmt: skip
+                           trial_quanta=0, hold_global=False, struck=False, watch=None, fell=bool(fell))  # fmt: skip
+        if watched and (fell is not None or state.watch is None):  # the next watch compares with this read
+            return replace(state, since_decision=since, watch=(calls, now))  # type: ignore[arg-type]
         return replace(state, since_decision=since)
     if user_times is None:
         return replace(state, quanta_stable=state.quanta_stable + 1, since_decision=since)

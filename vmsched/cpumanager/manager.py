@@ -526,7 +526,8 @@ class CpuManager:
                   calls_per_cpu_s_decided=round(new.rate_decided or 0, 1), calls_per_s_local=round(new.wall_local or 0),
                   calls_per_s_decided=round(new.wall_decided or 0))  # fmt: skip
         elif new.phase == L.LBD_STABLE and state.phase == L.LBD_DECIDED:
-            event(log, "lbd_remeasure", job=j.job_id, quanta=state.since_decision + 1)
+            event(log, "lbd_remeasure", job=j.job_id, quanta=state.since_decision + 1,
+                  why="progress_fell" if new.fell else "periodic")  # fmt: skip
         elif new.phase == L.LBD_DECIDED and new.ip != state.ip:  # a re-check window of a global job closed
             event(log, "lbd_recheck", job=j.job_id, ip=round(new.ip or 0, 4), against=new.against)
 

@@ -21,7 +21,7 @@ import ctypes as C
 
 MAGIC = 0x564D53434845444D  # "VMSCHEDM"
 JOB_MAGIC = 0x564D534A4F425254  # "VMSJOBRT"
-VERSION = 7
+VERSION = 8
 
 MAX_CPUS = 256  # CPUs in the CPU table (and in one partition)
 MAX_JOBS = 256
@@ -160,6 +160,11 @@ class RankEntry(C.Structure):
         # it once a killed job is released, and cannot read another user's /proc/PID/maps without
         # CAP_SYS_PTRACE, which its unit does not grant. Untrusted: removed only if the job's user owns it.
         ("mpich_shm", C.c_char * SHM_SUFFIX_LEN),
+        # While it waits: when its MPI call began to wait (CLOCK_MONOTONIC ns), and how many tokens it was
+        # granted in that call without completing it. Hints among the job's ranks (a long, fruitless wait
+        # in a collective is passed over: libvmrt.c, is_stale); the manager does not read them.
+        ("wait_since", C.c_int64),
+        ("vain_grants", C.c_uint32),
     ]
 
 

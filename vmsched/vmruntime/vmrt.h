@@ -69,6 +69,9 @@ struct vm_state {
         int64_t since;     /* when it first waited for a token (ns), 0 while it has not */
         int64_t resumed;   /* when it last got a token back (ns): the call's wait ends about then */
         int repolls;       /* tests repeated since it last tried to hand its token on (repolling) */
+        int grants;        /* tokens granted to it in this call (each woke it to test again) */
+        int64_t kept_since; /* when it first kept its token rather than wake a stale rank (0: it has not) */
+        MPI_Comm comm;      /* the communicator of the collective it is in, MPI_COMM_NULL: none */
     } wait;
     uint64_t calls[VMF_COUNT];
 };
@@ -125,7 +128,8 @@ static inline void vm_enter(int fid) {
     vm.me->mpi_calls++;
     if (__builtin_expect(vm.wait.since != 0, 0)) vm_call_waited();
     vm.wait.t0 = 0, vm.wait.blocked = 0, vm.wait.waiting_for = -1, vm.wait.opaque = 0, vm.wait.recv = 0;
-    vm.wait.since = 0, vm.wait.repolls = 0;
+    vm.wait.since = 0, vm.wait.repolls = 0, vm.wait.grants = 0, vm.wait.kept_since = 0;
+    vm.wait.comm = MPI_COMM_NULL;
     if (__builtin_expect(vm.job != 0, 1)) {
         if (__builtin_expect(__atomic_load_n(&vm.job->generation, __ATOMIC_ACQUIRE) != vm.seen_gen, 0))
             vm_generation_changed();

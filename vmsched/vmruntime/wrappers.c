@@ -708,74 +708,82 @@ int MPI_Startall(int n, MPI_Request reqs[]) {
         return PMPI_##NAME(__VA_ARGS__);                                                               \
     }
 
+/* A collective: as THROUGH, and the communicator its wait is for (keep_from_stale, libvmrt.c). */
+#define COLLECTIVE(NAME, PARAMS, ...)                                                                  \
+    int MPI_##NAME PARAMS {                                                                            \
+        vm_enter(VMF_##NAME);                                                                          \
+        vm.wait.comm = comm;                                                                           \
+        return PMPI_##NAME(__VA_ARGS__);                                                               \
+    }
+
 #define SB const void *sendbuf
 #define RB void *recvbuf
 
-THROUGH(Barrier, (MPI_Comm comm), comm)
-THROUGH(Bcast, (void *buf, int count, MPI_Datatype dt, int root, MPI_Comm comm), buf, count, dt, root, comm)
-THROUGH(Bcast_c, (void *buf, MPI_Count count, MPI_Datatype dt, int root, MPI_Comm comm), buf, count, dt,
+COLLECTIVE(Barrier, (MPI_Comm comm), comm)
+COLLECTIVE(Bcast, (void *buf, int count, MPI_Datatype dt, int root, MPI_Comm comm), buf, count, dt, root, comm)
+COLLECTIVE(Bcast_c, (void *buf, MPI_Count count, MPI_Datatype dt, int root, MPI_Comm comm), buf, count, dt,
      root, comm)
-THROUGH(Reduce, (SB, RB, int count, MPI_Datatype dt, MPI_Op op, int root, MPI_Comm comm), sendbuf, recvbuf,
+COLLECTIVE(Reduce, (SB, RB, int count, MPI_Datatype dt, MPI_Op op, int root, MPI_Comm comm), sendbuf, recvbuf,
      count, dt, op, root, comm)
-THROUGH(Reduce_c, (SB, RB, MPI_Count count, MPI_Datatype dt, MPI_Op op, int root, MPI_Comm comm), sendbuf,
+COLLECTIVE(Reduce_c, (SB, RB, MPI_Count count, MPI_Datatype dt, MPI_Op op, int root, MPI_Comm comm), sendbuf,
      recvbuf, count, dt, op, root, comm)
-THROUGH(Allreduce, (SB, RB, int count, MPI_Datatype dt, MPI_Op op, MPI_Comm comm), sendbuf, recvbuf,
+COLLECTIVE(Allreduce, (SB, RB, int count, MPI_Datatype dt, MPI_Op op, MPI_Comm comm), sendbuf, recvbuf,
      count, dt, op, comm)
-THROUGH(Allreduce_c, (SB, RB, MPI_Count count, MPI_Datatype dt, MPI_Op op, MPI_Comm comm), sendbuf,
+COLLECTIVE(Allreduce_c, (SB, RB, MPI_Count count, MPI_Datatype dt, MPI_Op op, MPI_Comm comm), sendbuf,
      recvbuf, count, dt, op, comm)
-THROUGH(Gather, (SB, int sc, MPI_Datatype st, RB, int rc, MPI_Datatype rt, int root, MPI_Comm comm), sendbuf,
+COLLECTIVE(Gather, (SB, int sc, MPI_Datatype st, RB, int rc, MPI_Datatype rt, int root, MPI_Comm comm), sendbuf,
      sc, st, recvbuf, rc, rt, root, comm)
-THROUGH(Gather_c, (SB, MPI_Count sc, MPI_Datatype st, RB, MPI_Count rc, MPI_Datatype rt, int root,
+COLLECTIVE(Gather_c, (SB, MPI_Count sc, MPI_Datatype st, RB, MPI_Count rc, MPI_Datatype rt, int root,
      MPI_Comm comm), sendbuf, sc, st, recvbuf, rc, rt, root, comm)
-THROUGH(Gatherv, (SB, int sc, MPI_Datatype st, RB, const int rcs[], const int displs[], MPI_Datatype rt,
+COLLECTIVE(Gatherv, (SB, int sc, MPI_Datatype st, RB, const int rcs[], const int displs[], MPI_Datatype rt,
      int root, MPI_Comm comm), sendbuf, sc, st, recvbuf, rcs, displs, rt, root, comm)
-THROUGH(Gatherv_c, (SB, MPI_Count sc, MPI_Datatype st, RB, const MPI_Count rcs[], const MPI_Aint displs[],
+COLLECTIVE(Gatherv_c, (SB, MPI_Count sc, MPI_Datatype st, RB, const MPI_Count rcs[], const MPI_Aint displs[],
      MPI_Datatype rt, int root, MPI_Comm comm), sendbuf, sc, st, recvbuf, rcs, displs, rt, root, comm)
-THROUGH(Scatter, (SB, int sc, MPI_Datatype st, RB, int rc, MPI_Datatype rt, int root, MPI_Comm comm),
+COLLECTIVE(Scatter, (SB, int sc, MPI_Datatype st, RB, int rc, MPI_Datatype rt, int root, MPI_Comm comm),
      sendbuf, sc, st, recvbuf, rc, rt, root, comm)
-THROUGH(Scatter_c, (SB, MPI_Count sc, MPI_Datatype st, RB, MPI_Count rc, MPI_Datatype rt, int root,
+COLLECTIVE(Scatter_c, (SB, MPI_Count sc, MPI_Datatype st, RB, MPI_Count rc, MPI_Datatype rt, int root,
      MPI_Comm comm), sendbuf, sc, st, recvbuf, rc, rt, root, comm)
-THROUGH(Scatterv, (SB, const int scs[], const int displs[], MPI_Datatype st, RB, int rc, MPI_Datatype rt,
+COLLECTIVE(Scatterv, (SB, const int scs[], const int displs[], MPI_Datatype st, RB, int rc, MPI_Datatype rt,
      int root, MPI_Comm comm), sendbuf, scs, displs, st, recvbuf, rc, rt, root, comm)
-THROUGH(Scatterv_c, (SB, const MPI_Count scs[], const MPI_Aint displs[], MPI_Datatype st, RB,
+COLLECTIVE(Scatterv_c, (SB, const MPI_Count scs[], const MPI_Aint displs[], MPI_Datatype st, RB,
      MPI_Count rc, MPI_Datatype rt, int root, MPI_Comm comm), sendbuf, scs, displs, st, recvbuf, rc, rt, root, comm)
-THROUGH(Allgather, (SB, int sc, MPI_Datatype st, RB, int rc, MPI_Datatype rt, MPI_Comm comm), sendbuf, sc,
+COLLECTIVE(Allgather, (SB, int sc, MPI_Datatype st, RB, int rc, MPI_Datatype rt, MPI_Comm comm), sendbuf, sc,
      st, recvbuf, rc, rt, comm)
-THROUGH(Allgather_c, (SB, MPI_Count sc, MPI_Datatype st, RB, MPI_Count rc, MPI_Datatype rt,
+COLLECTIVE(Allgather_c, (SB, MPI_Count sc, MPI_Datatype st, RB, MPI_Count rc, MPI_Datatype rt,
      MPI_Comm comm), sendbuf, sc, st, recvbuf, rc, rt, comm)
-THROUGH(Allgatherv, (SB, int sc, MPI_Datatype st, RB, const int rcs[], const int displs[],
+COLLECTIVE(Allgatherv, (SB, int sc, MPI_Datatype st, RB, const int rcs[], const int displs[],
      MPI_Datatype rt, MPI_Comm comm), sendbuf, sc, st, recvbuf, rcs, displs, rt, comm)
-THROUGH(Allgatherv_c, (SB, MPI_Count sc, MPI_Datatype st, RB, const MPI_Count rcs[],
+COLLECTIVE(Allgatherv_c, (SB, MPI_Count sc, MPI_Datatype st, RB, const MPI_Count rcs[],
      const MPI_Aint displs[], MPI_Datatype rt, MPI_Comm comm), sendbuf, sc, st, recvbuf, rcs, displs, rt, comm)
-THROUGH(Alltoall, (SB, int sc, MPI_Datatype st, RB, int rc, MPI_Datatype rt, MPI_Comm comm), sendbuf, sc,
+COLLECTIVE(Alltoall, (SB, int sc, MPI_Datatype st, RB, int rc, MPI_Datatype rt, MPI_Comm comm), sendbuf, sc,
      st, recvbuf, rc, rt, comm)
-THROUGH(Alltoall_c, (SB, MPI_Count sc, MPI_Datatype st, RB, MPI_Count rc, MPI_Datatype rt,
+COLLECTIVE(Alltoall_c, (SB, MPI_Count sc, MPI_Datatype st, RB, MPI_Count rc, MPI_Datatype rt,
      MPI_Comm comm), sendbuf, sc, st, recvbuf, rc, rt, comm)
-THROUGH(Alltoallv, (SB, const int scs[], const int sd[], MPI_Datatype st, RB, const int rcs[],
+COLLECTIVE(Alltoallv, (SB, const int scs[], const int sd[], MPI_Datatype st, RB, const int rcs[],
      const int rd[], MPI_Datatype rt, MPI_Comm comm), sendbuf, scs, sd, st, recvbuf, rcs, rd, rt, comm)
-THROUGH(Alltoallv_c, (SB, const MPI_Count scs[], const MPI_Aint sd[], MPI_Datatype st, RB,
+COLLECTIVE(Alltoallv_c, (SB, const MPI_Count scs[], const MPI_Aint sd[], MPI_Datatype st, RB,
      const MPI_Count rcs[], const MPI_Aint rd[], MPI_Datatype rt, MPI_Comm comm), sendbuf, scs, sd, st, recvbuf,
      rcs, rd, rt, comm)
-THROUGH(Alltoallw, (SB, const int scs[], const int sd[], const MPI_Datatype sts[], RB, const int rcs[],
+COLLECTIVE(Alltoallw, (SB, const int scs[], const int sd[], const MPI_Datatype sts[], RB, const int rcs[],
      const int rd[], const MPI_Datatype rts[], MPI_Comm comm), sendbuf, scs, sd, sts, recvbuf, rcs, rd, rts, comm)
-THROUGH(Alltoallw_c, (SB, const MPI_Count scs[], const MPI_Aint sd[], const MPI_Datatype sts[], RB,
+COLLECTIVE(Alltoallw_c, (SB, const MPI_Count scs[], const MPI_Aint sd[], const MPI_Datatype sts[], RB,
      const MPI_Count rcs[], const MPI_Aint rd[], const MPI_Datatype rts[], MPI_Comm comm), sendbuf, scs, sd, sts,
      recvbuf, rcs, rd, rts, comm)
-THROUGH(Reduce_scatter, (SB, RB, const int rcs[], MPI_Datatype dt, MPI_Op op, MPI_Comm comm),
+COLLECTIVE(Reduce_scatter, (SB, RB, const int rcs[], MPI_Datatype dt, MPI_Op op, MPI_Comm comm),
      sendbuf, recvbuf, rcs, dt, op, comm)
-THROUGH(Reduce_scatter_c, (SB, RB, const MPI_Count rcs[], MPI_Datatype dt, MPI_Op op,
+COLLECTIVE(Reduce_scatter_c, (SB, RB, const MPI_Count rcs[], MPI_Datatype dt, MPI_Op op,
      MPI_Comm comm), sendbuf, recvbuf, rcs, dt, op, comm)
-THROUGH(Reduce_scatter_block, (SB, RB, int rc, MPI_Datatype dt, MPI_Op op, MPI_Comm comm),
+COLLECTIVE(Reduce_scatter_block, (SB, RB, int rc, MPI_Datatype dt, MPI_Op op, MPI_Comm comm),
      sendbuf, recvbuf, rc, dt, op, comm)
-THROUGH(Reduce_scatter_block_c, (SB, RB, MPI_Count rc, MPI_Datatype dt, MPI_Op op,
+COLLECTIVE(Reduce_scatter_block_c, (SB, RB, MPI_Count rc, MPI_Datatype dt, MPI_Op op,
      MPI_Comm comm), sendbuf, recvbuf, rc, dt, op, comm)
-THROUGH(Scan, (SB, RB, int count, MPI_Datatype dt, MPI_Op op, MPI_Comm comm), sendbuf, recvbuf, count, dt, op,
+COLLECTIVE(Scan, (SB, RB, int count, MPI_Datatype dt, MPI_Op op, MPI_Comm comm), sendbuf, recvbuf, count, dt, op,
      comm)
-THROUGH(Scan_c, (SB, RB, MPI_Count count, MPI_Datatype dt, MPI_Op op, MPI_Comm comm), sendbuf, recvbuf,
+COLLECTIVE(Scan_c, (SB, RB, MPI_Count count, MPI_Datatype dt, MPI_Op op, MPI_Comm comm), sendbuf, recvbuf,
      count, dt, op, comm)
-THROUGH(Exscan, (SB, RB, int count, MPI_Datatype dt, MPI_Op op, MPI_Comm comm), sendbuf, recvbuf, count, dt,
+COLLECTIVE(Exscan, (SB, RB, int count, MPI_Datatype dt, MPI_Op op, MPI_Comm comm), sendbuf, recvbuf, count, dt,
      op, comm)
-THROUGH(Exscan_c, (SB, RB, MPI_Count count, MPI_Datatype dt, MPI_Op op, MPI_Comm comm), sendbuf, recvbuf,
+COLLECTIVE(Exscan_c, (SB, RB, MPI_Count count, MPI_Datatype dt, MPI_Op op, MPI_Comm comm), sendbuf, recvbuf,
      count, dt, op, comm)
 
 /* ---------------------------------------------------------------------------------------------- */
