@@ -2,7 +2,8 @@
 
 Programs: the plain-MPI C programs of bench/patterns/patterns.c (ring in both directions, a pipeline,
 master-worker with uneven tasks, a 2-D halo exchange, all-to-all, random pairs, a hand-made reduction
-tree, a 1-D halo by one-sided puts and by persistent requests; written as any MPI user would, knowing
+tree, a 1-D halo by one-sided puts and by persistent requests, two groups of ranks reducing on
+communicators of their own for unequal numbers of rounds; written as any MPI user would, knowing
 nothing of vmsched) and the apps of vmsched/apps.
 
 --command NAME=CMDLINE (with --check NAME=REGEX, the result to verify, and --time NAME=REGEX, the time

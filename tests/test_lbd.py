@@ -691,3 +691,15 @@ def test_a_local_job_without_a_trial_is_not_watched() -> None:
     states = drive(lambda q: [0.5] * 4, 700, P, clock=True)
     assert decisions(states)[0][1] and not any(fell for _, fell in remeasures(states))
     assert all(s.watch is None for s in states)
+
+
+def test_a_rank_that_exits_does_not_read_as_a_fall_in_progress() -> None:
+    """The job's calls are its live ranks' sum: one that exits takes its calls out of it, which is no fall
+    (cg.W, 8 ranks on 2 CPUs, was re-measured so as its ranks finished)."""
+    since = P.watch_quanta - 1  # the next quantum is a watch read
+    state = LbdState(LBD_DECIDED, local=True, decisions=1, wall_local=100_000.0, since_decision=since,
+                     base_user=(0.0,) * 4, watch=(50_000.0, 1.0, 4))  # fmt: skip
+    step = lbd_step(state, [], [1.0] * 3, P, calls=40_000.0, now=1.1)  # 3 ranks left, fewer calls in all
+    assert step.phase == LBD_DECIDED and step.queue_local and step.watch == (40_000.0, 1.1, 3)
+    fell = lbd_step(state, [], [1.0] * 4, P, calls=52_000.0, now=1.1)  # 20,000 calls/s: under half
+    assert fell.phase == LBD_STABLE and fell.fell

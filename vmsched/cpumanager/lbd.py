@@ -196,6 +196,19 @@ counts as the job's), and the job stayed on the global queue to its re-measure. 
 queues pays one more trial: its re-check windows decide local again after some 2 windows, and that
 trial holds it. A reverse trial's failure is not a strike: the window found the job imbalanced.
 
+Watching a local job (ours, 2026-12-02): a decided-local job's MPI calls per second of wall time are
+read every `watch_quanta` (10) quanta, and a job that made fewer than `watch_drop` (half) of its local
+trial's goes back to the global queue to measure at once, as at its periodic re-measure (`fell`; logged
+`lbd_remeasure why=progress_fell`). A trial judges the first few tenths of a second, and a program can
+change after them: one whose ranks reduce on two communicators (one per half of the ranks, the second
+half computing twice as long, a program not written here) read IP 3-8 % on the global queue, ran faster
+on local queues in its trial, and then, its two halves drifting apart, 4x slower there than on the global
+queue (3.0-4.5 s against 0.84-1.2 s) until its end: the periodic re-measure comes after 10 s. A read
+compares only over a stretch in which the trial's pace would have given `window_calls` calls per rank, as
+a window must hold (a phase more or less is then 1 % of it); half is far outside what two reads of one
+pace differ by here (the A/A of whole runs: 0.8-1.2). A job without a trial (too few calls, or no call
+counts) is not watched.
+
 One CPU (ours): a partition of one CPU has nothing to balance - one token, every rank in its one
 queue - so the detector decides local queues at once, without measuring (`one_cpu`), and measures
 afresh, on the global queue, when the partition grows. On one CPU the two queues differ only in whom
@@ -281,7 +294,7 @@ class LbdState:
     rate_decided: float | None = None  # ... per CPU second of the job (its ranks' and its idle CPUs')
     global_faster: bool = False  # the last decision: a global trial beat the local trial per second
     struck: bool = False  # a local trial failed since the last periodic re-measure: the next failure holds the job
-    watch: tuple[float, float] | None = None  # a decided-local job's MPI calls and the time at its last watch read
+    watch: tuple[float, float, int] | None = None  # MPI calls, time and ranks at a decided-local job's last watch read
     fell: bool = False  # the running re-measure began because the job's progress fell (not the periodic one)
 
     @property
@@ -503,8 +516,8 @@ def _progress_fell(state: LbdState, calls: float, now: float, nranks: int, param
     """Whether a decided-local job made fewer than `watch_drop` of its local trial's MPI calls per second of
     wall time since its last watch read; None: too soon to tell, since at the trial's pace its ranks would
     have made fewer than `window_calls` calls each (a phase more or less would move the rate)."""
-    if state.watch is None or not state.wall_local or now <= state.watch[1]:
-        return None
+    if state.watch is None or not state.wall_local or now <= state.watch[1] or nranks != state.watch[2]:
+        return None  # (a rank that exited takes its calls out of the sum: no reading across that)
     if state.wall_local * (now - state.watch[1]) < params.window_calls * max(1, nranks):
         return None
     return (calls - state.watch[0]) / (now - state.watch[1]) < state.wall_local * params.watch_drop
@@ -561,8 +574,9 @@ def lbd_step(
         if since >= params.remeasure_quanta or fell:  # back to the global queue for one window
             return replace(state, phase=LBD_STABLE, base_user=(), quanta_stable=0, since_decision=since,
                            trial_quanta=0, hold_global=False, struck=False, watch=None, fell=bool(fell))  # fmt: skip
-        if watched and (fell is not None or state.watch is None):  # the next watch compares with this read
-            return replace(state, since_decision=since, watch=(calls, now))  # type: ignore[arg-type]
+        n = len(user_times) if user_times is not None else 0
+        if watched and (fell is not None or state.watch is None or state.watch[2] != n):  # the next compares with it
+            return replace(state, since_decision=since, watch=(calls, now, n))  # type: ignore[arg-type]
         return replace(state, since_decision=since)
     if user_times is None:
         return replace(state, quanta_stable=state.quanta_stable + 1, since_decision=since)

@@ -392,9 +392,9 @@ static int is_starved(int r) {
  * rank that is done and waits in the job's last collective while its queue-mates still work was woken
  * at each of their waits, to test once and hand the token back: 4 ranks on 2 CPUs, the even ones in a
  * final MPI_Allreduce on MPI_COMM_WORLD while the odd ones make 100,000 of their own on a communicator of
- * the two (a program of /tmp scratch, "early": README, "Stale waiters"), slept some 50,000 times each and
- * ran 0.72 s on the global queue, against 0.094 s plain by taskset. Passed over (passed_over) by a holder
- * in a collective of its own, it ran 0.10-0.11 s. */
+ * the two, slept some 50,000 times each and ran 0.72 s on the global queue, against 0.094 s plain by
+ * taskset; passed over (passed_over) by a holder in a collective of its own, 0.075-0.11 s (README, "Stale
+ * waiters"; bench/patterns.py's `groups` is such a job). */
 static int is_stale(int r, int64_t now) {
     vm_rank *e = rank_entry(r);
     return e && stale_us > 0 && e->wait_kind == VM_WAIT_OPAQUE && e->vain_grants > 0 &&
