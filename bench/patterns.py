@@ -90,6 +90,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from vmsched.apps import registry  # noqa: E402
 from vmsched.apps.result import parse_result  # noqa: E402
 from vmsched.vmruntime.testing import (  # noqa: E402
+    MPICH_YIELD,
     PY,
     Manager,
     compile_c_program,
@@ -114,7 +115,6 @@ AGAIN = "again"  # default options a second time in each round: the A/A, never a
 SHAPES = ((2, 1), (4, 1), (4, 2), (8, 2))  # (ranks, CPUs)
 NODE = node_cpus()
 COMPUTE = selftest_cmd("send", "--variant", "50x1", "--iters", "1000000", "--work", "50")  # runs until stopped
-MPICH_YIELD = {"MPIR_CVAR_POLLS_BEFORE_YIELD": "1", "MPIR_CVAR_ENABLE_HEAVY_YIELD": "1"}
 
 # C patterns: (iterations to start the calibration from, work units per rank per iteration)
 PATTERNS = {

@@ -59,7 +59,7 @@
 #define VM_CHECK_NS 200000000LL /* a running rank checks the manager's pid this often (in yields) */
 #define VM_RR_EVERY 8           /* every n-th hand-off of a rank is round robin (no starvation) */
 #define VM_STALE_US 1000        /* a collective's wait this long, granted a token in vain, is passed over (is_stale) */
-#define VM_STALE_KEEP_US 200    /* ... by a holder whose own wait is shorter than this (keep_from_stale) */
+#define VM_STALE_KEEP_US 200    /* ... and a holder keeps its token from one for this long at most (keep_from_stale) */
 #define VM_POLLS_BEFORE_YIELD 8 /* consecutive empty Test/Iprobe calls before giving way */
 #define VM_IDLE_PROGRESS 16     /* consecutive idle ucp_worker_progress calls from libmpi that are a wait */
 #define VM_BORROW_MS 5000       /* a token holder that made no MPI call this long may be run beside (borrow) */
@@ -395,8 +395,8 @@ static int is_starved(int r) {
  * final MPI_Allreduce on MPI_COMM_WORLD while the odd ones make 100,000 of their own on a communicator of
  * the two, slept some 50,000 times each and ran 0.72 s on the global queue, against 0.094 s plain by
  * taskset; passed over (passed_over) by a holder in a collective of its own, 0.075-0.11 s (README, "Stale
- * waiters"; bench/patterns.py's `groups` is such a job). */
-/* (now 0: read the clock, only if the rest holds) */
+ * waiters"; bench/patterns.py's `groups` is such a job). `us`: the bound (stale_us; VM_STALE_US for the
+ * stats, the rule on or off); `now` 0: read the clock, only if the rest holds. */
 static int stale_for(int r, int64_t now, int us) {
     vm_rank *e = rank_entry(r);
     if (!e || us <= 0 || e->wait_kind != VM_WAIT_OPAQUE || e->vain_grants == 0) return 0;
@@ -419,8 +419,6 @@ static int in_collective(int c) {
     return 0;
 }
 
-static int outside_collective(int c) { return !in_collective(c); }
-
 /* Whether another member of this rank's collective holds a token (runs on another CPU): only then can
  * the collective go on while this rank keeps its token and tests again. */
 static int member_runs(void) {
@@ -440,7 +438,7 @@ static int passed_over(int c) {
     if (stale_us <= 0 || vm.wait.comm == MPI_COMM_NULL || vm.wait.comm == MPI_COMM_WORLD) return 0; /* (cheap first) */
     int64_t now = now_ns();
     return is_stale(c, now) && !(vm.wait.since && now - vm.wait.since > (int64_t)stale_us * 1000) &&
-           outside_collective(c);
+           !in_collective(c);
 }
 
 /* Choose_next's choice `c`, unless the holder passes it over (passed_over) and has kept its token rather

@@ -28,6 +28,8 @@ from vmsched.protocol import DaemonUnavailable
 from vmsched.vmruntime.shmclean import job_files, orphaned, remove_leftovers
 
 PY = sys.executable
+# MPICH's own yielding (plain mpiexec): each poll that finds nothing yields the CPU.
+MPICH_YIELD = {"MPIR_CVAR_POLLS_BEFORE_YIELD": "1", "MPIR_CVAR_ENABLE_HEAVY_YIELD": "1"}
 
 
 class DaemonLeak(RuntimeError):
