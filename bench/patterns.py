@@ -228,7 +228,11 @@ class Command(Program):
             if not t:
                 raise RuntimeError(f"{self.name}: --time {self.timing.pattern!r} found nothing in: {res.stdout[-500:]}")
             seconds = float(t.group(1) if t.groups() else t.group(0))
-        return Run(res.returncode == 0 and bool(found), digest, seconds)
+        ok = res.returncode == 0 and bool(found)
+        if not ok:  # why, on stderr: a plain reference run that failed so makes every way BAD, rarely, in CI
+            print(f"{self.name}: a run was not ok: exit {res.returncode}, {len(found)} results; its stderr: "
+                  f"{res.stderr[-1000:]!r}", file=sys.stderr)  # fmt: skip
+        return Run(ok, digest, seconds)
 
 
 def run(cmd: list[str], prog: Program, env: dict[str, str] | None = None, cap: float | None = None) -> Run:
