@@ -3,7 +3,8 @@
 Programs: the plain-MPI C programs of bench/patterns/patterns.c (ring in both directions, a pipeline,
 master-worker with uneven tasks, a 2-D halo exchange, all-to-all, random pairs, a hand-made reduction
 tree, a 1-D halo by one-sided puts and by persistent requests, two groups of ranks reducing on
-communicators of their own for unequal numbers of rounds; written as any MPI user would, knowing
+communicators of their own for unequal numbers of rounds, a reduction overlapped with work by
+MPI_Iallreduce; written as any MPI user would, knowing
 nothing of vmsched) and the apps of vmsched/apps.
 
 --command NAME=CMDLINE (with --check NAME=REGEX, the result to verify, and --time NAME=REGEX, the time
@@ -121,6 +122,7 @@ PATTERNS = {
     "ring": (20000, 0), "ring-rev": (20000, 0), "pipeline": (20000, 1), "master-worker": (2000, 5),
     "halo2d": (2000, 2), "alltoall": (5000, 1), "random-pairs": (10000, 1), "tree": (10000, 1),
     "halo-rma": (2000, 1), "halo-persist": (20000, 1), "groups": (20000, 1),
+    "overlap": (10000, 1),
 }  # fmt: skip
 # A plain run may take this many times as long as the default run, and at least CAP_MIN_S, before it is
 # stopped: MPICH's one-sided synchronization spins without yielding, and halo-rma oversubscribed by hand

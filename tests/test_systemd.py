@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from tests.conftest import BIN, REPO, STARTED_INSTANCES, vmsched_shm_entries, wait_for
-from tests.launcher_harness import send_app, vmapp_result
+from tests.launcher_harness import send_for, vmapp_result
 from vmsched.config import load_config
 
 UNITS = ("vm-cpumanager.service", "vm-launcher.service")
@@ -80,7 +80,9 @@ def test_units_start_stop_restart(tmp_path):
     wait_for(lambda: cli("vmcpu", "--json").returncode == 0, what="the CPU manager unit to come up")
     launcher = start("vm-launcher.service")
     wait_for(lambda: cli("vmq", "--json").returncode == 0, what="the launcher unit to come up")
-    job = json.loads(cli("vmsubmit", "--json", "-n", "2", "--time", "60s", "--", *send_app(60)).stdout)["job"]
+    # A job of a fixed time, not of iterations: 60 of them ran 0.7 s and had ended by the time the
+    # launcher had stopped (a CI run, 2026-12-02).
+    job = json.loads(cli("vmsubmit", "--json", "-n", "2", "--time", "60s", "--", *send_for(5)).stdout)["job"]
     wait_for(lambda: any(j["state"] == "running" for j in json.loads(cli("vmq", "--json").stdout)["jobs"]),
              what="the job to run")  # fmt: skip
     # systemctl restart vm-launcher: the job keeps running and is accounted by the new launcher.

@@ -5,7 +5,8 @@
  * PATTERN: ring (rank r sends to r+1), ring-rev (to r-1), pipeline, master-worker, halo2d, alltoall,
  * random-pairs, tree, halo-rma (a 1-D halo exchanged by MPI_Put between MPI_Win_fence calls),
  * halo-persist (the same stencil, its halo exchanged by persistent requests), groups (each half of the
- * ranks reduces on a communicator of its own, the second half for 4 times the rounds). ITERS:
+ * ranks reduces on a communicator of its own, the second half for 4 times the rounds), overlap (each
+ * round starts an MPI_Iallreduce, computes while it is in flight, then waits for it). ITERS:
  * rounds; WORK: compute units per rank per round (one unit is a fixed number of arithmetic steps).
  * Rank 0 prints one JSON line: {"pattern", "ok", "checksum", "elapsed_s"}. "ok" is the program's own
  * check (every token, item, task and reduction arrived and adds up); "checksum" depends on the
@@ -356,6 +357,24 @@ static uint64_t groups(long iters, long work) {
     return agreed_sum(acc, ok);
 }
 
+/* Communication overlapped with work, as the nonblocking collectives are meant to be used: each round
+ * starts the sum of the ranks' values, computes, then waits for the sum (and checks it). */
+static uint64_t overlap(long iters, long work) {
+    uint64_t acc = 0;
+    int ok = 1;
+    for (long it = 0; it < iters; it++) {
+        uint64_t v = mix((uint64_t)(it * 1000003 + rank)), s = 0, want = 0;
+        MPI_Request rq;
+        MPI_Iallreduce(&v, &s, 1, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD, &rq);
+        acc ^= compute(work, (uint64_t)(it * size + rank)) & 0xff;
+        MPI_Wait(&rq, MPI_STATUS_IGNORE);
+        for (int j = 0; j < size; j++) want += mix((uint64_t)(it * 1000003 + j));
+        ok &= s == want;
+        acc += s;
+    }
+    return agreed_sum(acc, ok);
+}
+
 int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -381,6 +400,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(name, "halo-rma")) sum = halo_rma(iters, work);
     else if (!strcmp(name, "halo-persist")) sum = halo_persist(iters, work);
     else if (!strcmp(name, "groups")) sum = groups(iters, work);
+    else if (!strcmp(name, "overlap")) sum = overlap(iters, work);
     else {
         if (rank == 0) fprintf(stderr, "patterns: unknown pattern %s\n", name);
         MPI_Finalize();

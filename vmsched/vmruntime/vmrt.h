@@ -32,7 +32,17 @@ enum { VM_OFF = 0, VM_FAST = 1, VM_CTL = 2 };
     X(Scatter_c) X(Scatterv) X(Scatterv_c) X(Allgather) X(Allgather_c) X(Allgatherv) \
     X(Allgatherv_c) X(Alltoall) X(Alltoall_c) X(Alltoallv) X(Alltoallv_c) X(Alltoallw) \
     X(Alltoallw_c) X(Reduce_scatter) X(Reduce_scatter_c) X(Reduce_scatter_block) \
-    X(Reduce_scatter_block_c) X(Scan) X(Scan_c) X(Exscan) X(Exscan_c) X(Win_create) X(Win_create_c) \
+    X(Reduce_scatter_block_c) X(Scan) X(Scan_c) X(Exscan) X(Exscan_c) \
+    X(Ibarrier) X(Ibcast) X(Ibcast_c) X(Ireduce) X(Ireduce_c) X(Iallreduce) X(Iallreduce_c) X(Igather) \
+    X(Igather_c) X(Igatherv) X(Igatherv_c) X(Iscatter) X(Iscatter_c) X(Iscatterv) X(Iscatterv_c) X(Iallgather) \
+    X(Iallgather_c) X(Iallgatherv) X(Iallgatherv_c) X(Ialltoall) X(Ialltoall_c) X(Ialltoallv) X(Ialltoallv_c) \
+    X(Ialltoallw) X(Ialltoallw_c) X(Ireduce_scatter) X(Ireduce_scatter_c) X(Ireduce_scatter_block) \
+    X(Ireduce_scatter_block_c) X(Iscan) X(Iscan_c) X(Iexscan) X(Iexscan_c) X(Neighbor_allgather) \
+    X(Neighbor_allgather_c) X(Ineighbor_allgather) X(Ineighbor_allgather_c) X(Neighbor_allgatherv) \
+    X(Neighbor_allgatherv_c) X(Ineighbor_allgatherv) X(Ineighbor_allgatherv_c) X(Neighbor_alltoall) \
+    X(Neighbor_alltoall_c) X(Ineighbor_alltoall) X(Ineighbor_alltoall_c) X(Neighbor_alltoallv) \
+    X(Neighbor_alltoallv_c) X(Ineighbor_alltoallv) X(Ineighbor_alltoallv_c) X(Neighbor_alltoallw) \
+    X(Neighbor_alltoallw_c) X(Ineighbor_alltoallw) X(Ineighbor_alltoallw_c) X(Win_create) X(Win_create_c) \
     X(Win_allocate) X(Win_allocate_c) X(Win_allocate_shared) X(Win_allocate_shared_c) \
     X(Win_create_dynamic) X(Win_free) X(Win_fence) X(Win_post) X(Win_start) X(Win_complete) \
     X(Win_wait) X(Win_test) X(Win_lock) X(Win_unlock) X(Win_lock_all) X(Win_unlock_all) X(Win_flush) \
@@ -60,6 +70,7 @@ struct vm_state {
     int poll_fail;         /* consecutive unsuccessful Test/Iprobe calls */
     int ntracked;          /* receive requests tracked for the unconsumed counters */
     int nany;              /* of them, receives from MPI_ANY_SOURCE: their completion reads the sender */
+    int ncoll;             /* nonblocking collectives pending (vm_coll_started) */
     struct {               /* the MPI call in progress (reset by vm_enter) */
         uint64_t t0;       /* when it started waiting (spin time) */
         int blocked;       /* it has waited already (counted in blocking_calls) */
@@ -115,6 +126,11 @@ void vm_requests_done(const MPI_Request *before, const MPI_Request *after, int n
 /* A request reported complete (a persistent one stays a valid handle): count it if it was tracked; `st`
  * its status, NULL when the call reported none (a receive from MPI_ANY_SOURCE is then counted blindly). */
 void vm_request_done(MPI_Request req, const MPI_Status *st);
+/* Nonblocking collectives: recorded at their start, forgotten at their completion (vm_request_done); the
+ * communicator of the first pending one among `reqs`, MPI_COMM_NULL when none is. */
+void vm_coll_started(MPI_Request req, MPI_Comm comm);
+MPI_Comm vm_coll_pending(const MPI_Request *reqs, int n);
+void vm_coll_done(MPI_Request req);
 /* Persistent point-to-point requests: recorded at their init call (world_peer -1: not known), their
  * sends counted before each start (undo: the start failed), their receives tracked after it. */
 void vm_persist_add(MPI_Request req, MPI_Comm comm, int world_peer, int send);

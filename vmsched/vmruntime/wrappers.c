@@ -6,7 +6,8 @@
  * and each failed test lets the core spin or hand the token on and sleep (vm_idle); the loop knows
  * whom it waits for (the sender heuristic's hint). Test/Iprobe calls that keep failing count as
  * waiting too: a rank that polls would otherwise keep its CPU from the rank it waits for.
- * Collectives stay blocking calls (see below) and block through the sched_yield hook.
+ * Collectives stay blocking calls (see below) and block through the sched_yield hook; a wait for a
+ * nonblocking collective's request is a collective's wait (wait_for_colls).
  *
  * mpi4py 4 calls the MPI-4 large-count (_c) variants and matched probes, so those are wrapped too.
  */
@@ -44,6 +45,12 @@ static inline int sent(int world_dest, int rc) {
     return rc;
 }
 
+/* A wait that includes a pending nonblocking collective is that collective's wait (vm_coll_started). */
+static void wait_for_colls(const MPI_Request *reqs, int n) {
+    MPI_Comm comm = vm.ncoll ? vm_coll_pending(reqs, n) : MPI_COMM_NULL;
+    if (comm != MPI_COMM_NULL) vm.wait.opaque = 1, vm.wait.comm = comm;
+}
+
 /* Complete one request by testing it, yielding the CPU between tests; `recv`: it is a receive. */
 static int wait1(MPI_Request *rq, MPI_Status *st, int waiting_for, int recv) {
     int flag = 0, rc = PMPI_Test(rq, &flag, st);
@@ -67,7 +74,7 @@ struct snap {
 
 static void snap_take(struct snap *s, const MPI_Request *reqs, int n) {
     s->r = NULL;
-    if (!vm.ntracked || n <= 0) return;
+    if ((!vm.ntracked && !vm.ncoll) || n <= 0) return;
     s->r = n <= 16 ? s->small : malloc(sizeof(MPI_Request) * (size_t)n);
     if (s->r) memcpy(s->r, reqs, sizeof(MPI_Request) * (size_t)n);
 }
@@ -78,8 +85,8 @@ static void snap_take(struct snap *s, const MPI_Request *reqs, int n) {
 static void snap_done(struct snap *s, const MPI_Request *reqs, int n, int all, const int *idx, int nidx,
                       const MPI_Status *sts) {
     if (!s->r) return;
-    for (int i = 0; all && i < n && vm.ntracked; i++) vm_request_done(s->r[i], sts ? &sts[i] : NULL);
-    for (int k = 0; !all && k < nidx && vm.ntracked; k++)
+    for (int i = 0; all && i < n && (vm.ntracked || vm.ncoll); i++) vm_request_done(s->r[i], sts ? &sts[i] : NULL);
+    for (int k = 0; !all && k < nidx && (vm.ntracked || vm.ncoll); k++)
         if (idx[k] >= 0 && idx[k] < n) vm_request_done(s->r[idx[k]], sts ? &sts[k] : NULL);
     vm_requests_done(s->r, reqs, n);
     if (s->r != s->small) free(s->r);
@@ -484,8 +491,9 @@ int MPI_Wait(MPI_Request *rq, MPI_Status *st) {
     MPI_Request before = *rq;
     struct stats t;
     st = stats_take(&t, st, 1);
+    if (CTL) wait_for_colls(rq, 1);
     int rc = CTL ? wait1(rq, st, pending_source(rq, 1), pending_recv(rq, 1)) : PMPI_Wait(rq, st);
-    if (vm.ntracked && rc == MPI_SUCCESS) vm_request_done(before, t.reported);
+    if ((vm.ntracked || vm.ncoll) && rc == MPI_SUCCESS) vm_request_done(before, t.reported);
     stats_done(&t);
     return rc;
 }
@@ -504,6 +512,7 @@ int MPI_Waitall(int n, MPI_Request reqs[], MPI_Status sts[]) {
         int w = pending_source(reqs, n);
         vm.wait.blocked = 1;
         vm.wait.recv = pending_recv(reqs, n);
+        wait_for_colls(reqs, n);
         for (;;) {
             vm_idle(w, &vm.wait.t0);
             if (!CTL) {
@@ -533,6 +542,7 @@ int MPI_Waitany(int n, MPI_Request reqs[], int *idx, MPI_Status *st) {
         int w = pending_source(reqs, n);
         vm.wait.blocked = 1;
         vm.wait.recv = pending_recv(reqs, n);
+        wait_for_colls(reqs, n);
         for (;;) {
             vm_idle(w, &vm.wait.t0);
             if (!CTL) {
@@ -562,6 +572,7 @@ int MPI_Waitsome(int n, MPI_Request reqs[], int *outcount, int idxs[], MPI_Statu
         int w = pending_source(reqs, n);
         vm.wait.blocked = 1;
         vm.wait.recv = pending_recv(reqs, n);
+        wait_for_colls(reqs, n);
         for (;;) {
             vm_idle(w, &vm.wait.t0);
             if (!CTL) {
@@ -591,7 +602,7 @@ int MPI_Test(MPI_Request *rq, int *flag, MPI_Status *st) {
     struct stats t;
     st = stats_take(&t, st, 1);
     int rc = PMPI_Test(rq, flag, st);
-    if (vm.ntracked && rc == MPI_SUCCESS && *flag) vm_request_done(before, t.reported);
+    if ((vm.ntracked || vm.ncoll) && rc == MPI_SUCCESS && *flag) vm_request_done(before, t.reported);
     stats_done(&t);
     if (rc == MPI_SUCCESS) polled(*flag);
     return rc;
@@ -639,6 +650,7 @@ int MPI_Testsome(int n, MPI_Request reqs[], int *outcount, int idxs[], MPI_Statu
 int MPI_Request_free(MPI_Request *rq) {
     vm_enter(VMF_Request_free);
     if (vm.ntracked) vm_untrack(*rq);
+    if (vm.ncoll) vm_coll_done(*rq);
     vm_persist_free(*rq);
     return PMPI_Request_free(rq);
 }
@@ -785,6 +797,159 @@ COLLECTIVE(Exscan, (SB, RB, int count, MPI_Datatype dt, MPI_Op op, MPI_Comm comm
      op, comm)
 COLLECTIVE(Exscan_c, (SB, RB, MPI_Count count, MPI_Datatype dt, MPI_Op op, MPI_Comm comm), sendbuf, recvbuf,
      count, dt, op, comm)
+
+/* Neighbourhood collectives wait as the others do (in MPICH's progress loop). The nonblocking
+ * collectives start without waiting; their requests are recorded (vm_coll_started), so that a wait
+ * for one is a collective's (wait_for_colls). */
+#define ICOLLECTIVE(NAME, PARAMS, ...)                                                                 \
+    int MPI_##NAME PARAMS {                                                                            \
+        vm_enter(VMF_##NAME);                                                                          \
+        int rc = PMPI_##NAME(__VA_ARGS__);                                                             \
+        if (vm.mode != VM_OFF && rc == MPI_SUCCESS) vm_coll_started(*request, comm);                   \
+        return rc;                                                                                     \
+    }
+
+ICOLLECTIVE(Ibarrier, (MPI_Comm comm, MPI_Request *request), comm, request)
+ICOLLECTIVE(Ibcast, (void *buffer, int count, MPI_Datatype datatype, int root, MPI_Comm comm, MPI_Request *request),
+     buffer, count, datatype, root, comm, request)
+ICOLLECTIVE(Ibcast_c, (void *buffer, MPI_Count count, MPI_Datatype datatype, int root, MPI_Comm comm,
+     MPI_Request *request), buffer, count, datatype, root, comm, request)
+ICOLLECTIVE(Ireduce, (SB, RB, int count, MPI_Datatype datatype, MPI_Op op, int root, MPI_Comm comm,
+     MPI_Request *request), sendbuf, recvbuf, count, datatype, op, root, comm, request)
+ICOLLECTIVE(Ireduce_c, (SB, RB, MPI_Count count, MPI_Datatype datatype, MPI_Op op, int root, MPI_Comm comm,
+     MPI_Request *request), sendbuf, recvbuf, count, datatype, op, root, comm, request)
+ICOLLECTIVE(Iallreduce, (SB, RB, int count, MPI_Datatype datatype, MPI_Op op, MPI_Comm comm, MPI_Request *request),
+     sendbuf, recvbuf, count, datatype, op, comm, request)
+ICOLLECTIVE(Iallreduce_c, (SB, RB, MPI_Count count, MPI_Datatype datatype, MPI_Op op, MPI_Comm comm,
+     MPI_Request *request), sendbuf, recvbuf, count, datatype, op, comm, request)
+ICOLLECTIVE(Igather, (SB, int sendcount, MPI_Datatype sendtype, RB, int recvcount, MPI_Datatype recvtype, int root,
+     MPI_Comm comm, MPI_Request *request), sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm,
+     request)
+ICOLLECTIVE(Igather_c, (SB, MPI_Count sendcount, MPI_Datatype sendtype, RB, MPI_Count recvcount, MPI_Datatype recvtype,
+     int root, MPI_Comm comm, MPI_Request *request), sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root,
+     comm, request)
+ICOLLECTIVE(Igatherv, (SB, int sendcount, MPI_Datatype sendtype, RB, const int recvcounts[], const int displs[],
+     MPI_Datatype recvtype, int root, MPI_Comm comm, MPI_Request *request), sendbuf, sendcount, sendtype, recvbuf,
+     recvcounts, displs, recvtype, root, comm, request)
+ICOLLECTIVE(Igatherv_c, (SB, MPI_Count sendcount, MPI_Datatype sendtype, RB, const MPI_Count recvcounts[],
+     const MPI_Aint displs[], MPI_Datatype recvtype, int root, MPI_Comm comm, MPI_Request *request), sendbuf, sendcount,
+     sendtype, recvbuf, recvcounts, displs, recvtype, root, comm, request)
+ICOLLECTIVE(Iscatter, (SB, int sendcount, MPI_Datatype sendtype, RB, int recvcount, MPI_Datatype recvtype, int root,
+     MPI_Comm comm, MPI_Request *request), sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm,
+     request)
+ICOLLECTIVE(Iscatter_c, (SB, MPI_Count sendcount, MPI_Datatype sendtype, RB, MPI_Count recvcount, MPI_Datatype recvtype,
+     int root, MPI_Comm comm, MPI_Request *request), sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root,
+     comm, request)
+ICOLLECTIVE(Iscatterv, (SB, const int sendcounts[], const int displs[], MPI_Datatype sendtype, RB, int recvcount,
+     MPI_Datatype recvtype, int root, MPI_Comm comm, MPI_Request *request), sendbuf, sendcounts, displs, sendtype,
+     recvbuf, recvcount, recvtype, root, comm, request)
+ICOLLECTIVE(Iscatterv_c, (SB, const MPI_Count sendcounts[], const MPI_Aint displs[], MPI_Datatype sendtype, RB,
+     MPI_Count recvcount, MPI_Datatype recvtype, int root, MPI_Comm comm, MPI_Request *request), sendbuf, sendcounts,
+     displs, sendtype, recvbuf, recvcount, recvtype, root, comm, request)
+ICOLLECTIVE(Iallgather, (SB, int sendcount, MPI_Datatype sendtype, RB, int recvcount, MPI_Datatype recvtype,
+     MPI_Comm comm, MPI_Request *request), sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, request)
+ICOLLECTIVE(Iallgather_c, (SB, MPI_Count sendcount, MPI_Datatype sendtype, RB, MPI_Count recvcount,
+     MPI_Datatype recvtype, MPI_Comm comm, MPI_Request *request), sendbuf, sendcount, sendtype, recvbuf, recvcount,
+     recvtype, comm, request)
+ICOLLECTIVE(Iallgatherv, (SB, int sendcount, MPI_Datatype sendtype, RB, const int recvcounts[], const int displs[],
+     MPI_Datatype recvtype, MPI_Comm comm, MPI_Request *request), sendbuf, sendcount, sendtype, recvbuf, recvcounts,
+     displs, recvtype, comm, request)
+ICOLLECTIVE(Iallgatherv_c, (SB, MPI_Count sendcount, MPI_Datatype sendtype, RB, const MPI_Count recvcounts[],
+     const MPI_Aint displs[], MPI_Datatype recvtype, MPI_Comm comm, MPI_Request *request), sendbuf, sendcount, sendtype,
+     recvbuf, recvcounts, displs, recvtype, comm, request)
+ICOLLECTIVE(Ialltoall, (SB, int sendcount, MPI_Datatype sendtype, RB, int recvcount, MPI_Datatype recvtype,
+     MPI_Comm comm, MPI_Request *request), sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, request)
+ICOLLECTIVE(Ialltoall_c, (SB, MPI_Count sendcount, MPI_Datatype sendtype, RB, MPI_Count recvcount,
+     MPI_Datatype recvtype, MPI_Comm comm, MPI_Request *request), sendbuf, sendcount, sendtype, recvbuf, recvcount,
+     recvtype, comm, request)
+ICOLLECTIVE(Ialltoallv, (SB, const int sendcounts[], const int sdispls[], MPI_Datatype sendtype, RB,
+     const int recvcounts[], const int rdispls[], MPI_Datatype recvtype, MPI_Comm comm, MPI_Request *request), sendbuf,
+     sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm, request)
+ICOLLECTIVE(Ialltoallv_c, (SB, const MPI_Count sendcounts[], const MPI_Aint sdispls[], MPI_Datatype sendtype, RB,
+     const MPI_Count recvcounts[], const MPI_Aint rdispls[], MPI_Datatype recvtype, MPI_Comm comm,
+     MPI_Request *request), sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm,
+     request)
+ICOLLECTIVE(Ialltoallw, (SB, const int sendcounts[], const int sdispls[], const MPI_Datatype sendtypes[], RB,
+     const int recvcounts[], const int rdispls[], const MPI_Datatype recvtypes[], MPI_Comm comm, MPI_Request *request),
+     sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm, request)
+ICOLLECTIVE(Ialltoallw_c, (SB, const MPI_Count sendcounts[], const MPI_Aint sdispls[], const MPI_Datatype sendtypes[],
+     RB, const MPI_Count recvcounts[], const MPI_Aint rdispls[], const MPI_Datatype recvtypes[], MPI_Comm comm,
+     MPI_Request *request), sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm,
+     request)
+ICOLLECTIVE(Ireduce_scatter, (SB, RB, const int recvcounts[], MPI_Datatype datatype, MPI_Op op, MPI_Comm comm,
+     MPI_Request *request), sendbuf, recvbuf, recvcounts, datatype, op, comm, request)
+ICOLLECTIVE(Ireduce_scatter_c, (SB, RB, const MPI_Count recvcounts[], MPI_Datatype datatype, MPI_Op op, MPI_Comm comm,
+     MPI_Request *request), sendbuf, recvbuf, recvcounts, datatype, op, comm, request)
+ICOLLECTIVE(Ireduce_scatter_block, (SB, RB, int recvcount, MPI_Datatype datatype, MPI_Op op, MPI_Comm comm,
+     MPI_Request *request), sendbuf, recvbuf, recvcount, datatype, op, comm, request)
+ICOLLECTIVE(Ireduce_scatter_block_c, (SB, RB, MPI_Count recvcount, MPI_Datatype datatype, MPI_Op op, MPI_Comm comm,
+     MPI_Request *request), sendbuf, recvbuf, recvcount, datatype, op, comm, request)
+ICOLLECTIVE(Iscan, (SB, RB, int count, MPI_Datatype datatype, MPI_Op op, MPI_Comm comm, MPI_Request *request), sendbuf,
+     recvbuf, count, datatype, op, comm, request)
+ICOLLECTIVE(Iscan_c, (SB, RB, MPI_Count count, MPI_Datatype datatype, MPI_Op op, MPI_Comm comm, MPI_Request *request),
+     sendbuf, recvbuf, count, datatype, op, comm, request)
+ICOLLECTIVE(Iexscan, (SB, RB, int count, MPI_Datatype datatype, MPI_Op op, MPI_Comm comm, MPI_Request *request),
+     sendbuf, recvbuf, count, datatype, op, comm, request)
+ICOLLECTIVE(Iexscan_c, (SB, RB, MPI_Count count, MPI_Datatype datatype, MPI_Op op, MPI_Comm comm, MPI_Request *request),
+     sendbuf, recvbuf, count, datatype, op, comm, request)
+COLLECTIVE(Neighbor_allgather, (SB, int sendcount, MPI_Datatype sendtype, RB, int recvcount, MPI_Datatype recvtype,
+     MPI_Comm comm), sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm)
+COLLECTIVE(Neighbor_allgather_c, (SB, MPI_Count sendcount, MPI_Datatype sendtype, RB, MPI_Count recvcount,
+     MPI_Datatype recvtype, MPI_Comm comm), sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm)
+ICOLLECTIVE(Ineighbor_allgather, (SB, int sendcount, MPI_Datatype sendtype, RB, int recvcount, MPI_Datatype recvtype,
+     MPI_Comm comm, MPI_Request *request), sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, request)
+ICOLLECTIVE(Ineighbor_allgather_c, (SB, MPI_Count sendcount, MPI_Datatype sendtype, RB, MPI_Count recvcount,
+     MPI_Datatype recvtype, MPI_Comm comm, MPI_Request *request), sendbuf, sendcount, sendtype, recvbuf, recvcount,
+     recvtype, comm, request)
+COLLECTIVE(Neighbor_allgatherv, (SB, int sendcount, MPI_Datatype sendtype, RB, const int recvcounts[],
+     const int displs[], MPI_Datatype recvtype, MPI_Comm comm), sendbuf, sendcount, sendtype, recvbuf, recvcounts,
+     displs, recvtype, comm)
+COLLECTIVE(Neighbor_allgatherv_c, (SB, MPI_Count sendcount, MPI_Datatype sendtype, RB, const MPI_Count recvcounts[],
+     const MPI_Aint displs[], MPI_Datatype recvtype, MPI_Comm comm), sendbuf, sendcount, sendtype, recvbuf, recvcounts,
+     displs, recvtype, comm)
+ICOLLECTIVE(Ineighbor_allgatherv, (SB, int sendcount, MPI_Datatype sendtype, RB, const int recvcounts[],
+     const int displs[], MPI_Datatype recvtype, MPI_Comm comm, MPI_Request *request), sendbuf, sendcount, sendtype,
+     recvbuf, recvcounts, displs, recvtype, comm, request)
+ICOLLECTIVE(Ineighbor_allgatherv_c, (SB, MPI_Count sendcount, MPI_Datatype sendtype, RB, const MPI_Count recvcounts[],
+     const MPI_Aint displs[], MPI_Datatype recvtype, MPI_Comm comm, MPI_Request *request), sendbuf, sendcount, sendtype,
+     recvbuf, recvcounts, displs, recvtype, comm, request)
+COLLECTIVE(Neighbor_alltoall, (SB, int sendcount, MPI_Datatype sendtype, RB, int recvcount, MPI_Datatype recvtype,
+     MPI_Comm comm), sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm)
+COLLECTIVE(Neighbor_alltoall_c, (SB, MPI_Count sendcount, MPI_Datatype sendtype, RB, MPI_Count recvcount,
+     MPI_Datatype recvtype, MPI_Comm comm), sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm)
+ICOLLECTIVE(Ineighbor_alltoall, (SB, int sendcount, MPI_Datatype sendtype, RB, int recvcount, MPI_Datatype recvtype,
+     MPI_Comm comm, MPI_Request *request), sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, request)
+ICOLLECTIVE(Ineighbor_alltoall_c, (SB, MPI_Count sendcount, MPI_Datatype sendtype, RB, MPI_Count recvcount,
+     MPI_Datatype recvtype, MPI_Comm comm, MPI_Request *request), sendbuf, sendcount, sendtype, recvbuf, recvcount,
+     recvtype, comm, request)
+COLLECTIVE(Neighbor_alltoallv, (SB, const int sendcounts[], const int sdispls[], MPI_Datatype sendtype, RB,
+     const int recvcounts[], const int rdispls[], MPI_Datatype recvtype, MPI_Comm comm), sendbuf, sendcounts, sdispls,
+     sendtype, recvbuf, recvcounts, rdispls, recvtype, comm)
+COLLECTIVE(Neighbor_alltoallv_c, (SB, const MPI_Count sendcounts[], const MPI_Aint sdispls[], MPI_Datatype sendtype, RB,
+     const MPI_Count recvcounts[], const MPI_Aint rdispls[], MPI_Datatype recvtype, MPI_Comm comm), sendbuf, sendcounts,
+     sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm)
+ICOLLECTIVE(Ineighbor_alltoallv, (SB, const int sendcounts[], const int sdispls[], MPI_Datatype sendtype, RB,
+     const int recvcounts[], const int rdispls[], MPI_Datatype recvtype, MPI_Comm comm, MPI_Request *request), sendbuf,
+     sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm, request)
+ICOLLECTIVE(Ineighbor_alltoallv_c, (SB, const MPI_Count sendcounts[], const MPI_Aint sdispls[], MPI_Datatype sendtype,
+     RB, const MPI_Count recvcounts[], const MPI_Aint rdispls[], MPI_Datatype recvtype, MPI_Comm comm,
+     MPI_Request *request), sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm,
+     request)
+COLLECTIVE(Neighbor_alltoallw, (SB, const int sendcounts[], const MPI_Aint sdispls[], const MPI_Datatype sendtypes[],
+     RB, const int recvcounts[], const MPI_Aint rdispls[], const MPI_Datatype recvtypes[], MPI_Comm comm), sendbuf,
+     sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm)
+COLLECTIVE(Neighbor_alltoallw_c, (SB, const MPI_Count sendcounts[], const MPI_Aint sdispls[],
+     const MPI_Datatype sendtypes[], RB, const MPI_Count recvcounts[], const MPI_Aint rdispls[],
+     const MPI_Datatype recvtypes[], MPI_Comm comm), sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts,
+     rdispls, recvtypes, comm)
+ICOLLECTIVE(Ineighbor_alltoallw, (SB, const int sendcounts[], const MPI_Aint sdispls[], const MPI_Datatype sendtypes[],
+     RB, const int recvcounts[], const MPI_Aint rdispls[], const MPI_Datatype recvtypes[], MPI_Comm comm,
+     MPI_Request *request), sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm,
+     request)
+ICOLLECTIVE(Ineighbor_alltoallw_c, (SB, const MPI_Count sendcounts[], const MPI_Aint sdispls[],
+     const MPI_Datatype sendtypes[], RB, const MPI_Count recvcounts[], const MPI_Aint rdispls[],
+     const MPI_Datatype recvtypes[], MPI_Comm comm, MPI_Request *request), sendbuf, sendcounts, sdispls, sendtypes,
+     recvbuf, recvcounts, rdispls, recvtypes, comm, request)
 
 /* ---------------------------------------------------------------------------------------------- */
 /* one-sided communication                                                                        */
