@@ -58,7 +58,7 @@ def test_units_verify(tmp_path):
     assert unit("vm-launcher.service")["Unit"]["Requires"] == "vm-cpumanager.service"
 
 
-def test_units_start_stop_restart(tmp_path):
+def test_units_start_stop_restart(tmp_path, spawn):
     config = unit_config(tmp_path)
     cfg = load_config(config)
     STARTED_INSTANCES.add(cfg.instance)
@@ -66,8 +66,8 @@ def test_units_start_stop_restart(tmp_path):
     kill_signal = {n: getattr(signal, unit(n)["Service"]["KillSignal"]) for n in UNITS}
     env = {**os.environ, "VMSCHED_CONFIG": str(config)}
 
-    def start(name: str) -> subprocess.Popen:
-        return subprocess.Popen(exec_start(name, config), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    def start(name: str) -> subprocess.Popen:  # by `spawn`: a failed check leaves no daemon running
+        return spawn(*exec_start(name, config), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
     def stop(name: str, p: subprocess.Popen) -> None:
         p.send_signal(kill_signal[name])
