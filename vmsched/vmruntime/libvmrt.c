@@ -1499,7 +1499,7 @@ void vm_request_done(MPI_Request req, const MPI_Status *st) {
 }
 
 void vm_requests_done(const MPI_Request *before, const MPI_Request *after, int n) {
-    for (int i = 0; i < n && (vm.ntracked || vm.ncoll); i++)
+    for (int i = 0; i < n && vm_requests_watched(); i++)
         if (before[i] != MPI_REQUEST_NULL && after[i] == MPI_REQUEST_NULL) vm_request_done(before[i], NULL);
 }
 

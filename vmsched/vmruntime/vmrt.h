@@ -138,6 +138,10 @@ void vm_persist_free(MPI_Request req);
 void vm_persist_starting(const MPI_Request *reqs, int n, int undo);
 void vm_persist_started(const MPI_Request *reqs, int n);
 
+/* Whether a completion must be reported (vm_request_done): a tracked receive or a nonblocking collective
+ * is pending. */
+static inline int vm_requests_watched(void) { return vm.ntracked || vm.ncoll; }
+
 /* The hot path of every wrapper: count, notice a new generation, make sure we may run. */
 static inline void vm_enter(int fid) {
     vm.calls[fid]++;

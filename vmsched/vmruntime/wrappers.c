@@ -74,7 +74,7 @@ struct snap {
 
 static void snap_take(struct snap *s, const MPI_Request *reqs, int n) {
     s->r = NULL;
-    if ((!vm.ntracked && !vm.ncoll) || n <= 0) return;
+    if (!vm_requests_watched() || n <= 0) return;
     s->r = n <= 16 ? s->small : malloc(sizeof(MPI_Request) * (size_t)n);
     if (s->r) memcpy(s->r, reqs, sizeof(MPI_Request) * (size_t)n);
 }
@@ -85,8 +85,8 @@ static void snap_take(struct snap *s, const MPI_Request *reqs, int n) {
 static void snap_done(struct snap *s, const MPI_Request *reqs, int n, int all, const int *idx, int nidx,
                       const MPI_Status *sts) {
     if (!s->r) return;
-    for (int i = 0; all && i < n && (vm.ntracked || vm.ncoll); i++) vm_request_done(s->r[i], sts ? &sts[i] : NULL);
-    for (int k = 0; !all && k < nidx && (vm.ntracked || vm.ncoll); k++)
+    for (int i = 0; all && i < n && vm_requests_watched(); i++) vm_request_done(s->r[i], sts ? &sts[i] : NULL);
+    for (int k = 0; !all && k < nidx && vm_requests_watched(); k++)
         if (idx[k] >= 0 && idx[k] < n) vm_request_done(s->r[idx[k]], sts ? &sts[k] : NULL);
     vm_requests_done(s->r, reqs, n);
     if (s->r != s->small) free(s->r);
@@ -493,7 +493,7 @@ int MPI_Wait(MPI_Request *rq, MPI_Status *st) {
     st = stats_take(&t, st, 1);
     if (CTL) wait_for_colls(rq, 1);
     int rc = CTL ? wait1(rq, st, pending_source(rq, 1), pending_recv(rq, 1)) : PMPI_Wait(rq, st);
-    if ((vm.ntracked || vm.ncoll) && rc == MPI_SUCCESS) vm_request_done(before, t.reported);
+    if (vm_requests_watched() && rc == MPI_SUCCESS) vm_request_done(before, t.reported);
     stats_done(&t);
     return rc;
 }
@@ -602,7 +602,7 @@ int MPI_Test(MPI_Request *rq, int *flag, MPI_Status *st) {
     struct stats t;
     st = stats_take(&t, st, 1);
     int rc = PMPI_Test(rq, flag, st);
-    if ((vm.ntracked || vm.ncoll) && rc == MPI_SUCCESS && *flag) vm_request_done(before, t.reported);
+    if (vm_requests_watched() && rc == MPI_SUCCESS && *flag) vm_request_done(before, t.reported);
     stats_done(&t);
     if (rc == MPI_SUCCESS) polled(*flag);
     return rc;
