@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from vmsched.cpumanager.lbd import LbdParams
 from vmsched.vmruntime.testing import Manager, compile_c_program, vmrun_cmd
 
 PATTERNS_C = Path(__file__).resolve().parents[1] / "bench" / "patterns" / "patterns.c"
@@ -166,6 +167,11 @@ def test_a_kept_local_trial_is_followed_by_a_trial_of_the_decided_global_queue(
 ) -> None:
     seen, decisions = run_watched(manager, job, [str(patterns), pattern, str(iters), "1"], '"ok": true')
     lines = manager.log_path.read_text().splitlines()
+    # A first local trial misread on a loaded node sends the job back to the global queue once, and its
+    # re-check windows bring it back (lbd.py: "Two strikes"); CI read the ring so once, on 20e8a4f:
+    # [('local', 0.0294, 'idleness'), ('global', 0.0294, 'local_slower'), ('local', 0.0525, 'idleness')].
+    if len(decisions) > 2 and decisions[1][::2] == ("global", "local_slower") and decisions[2][0] == "local":
+        decisions = decisions[2:]
     lost = [fields(x) for x in lines if f"action=lbd_trial job={job} queue=global kept=false" in x]
     won = [fields(x) for x in lines if f"action=lbd_decision job={job} " in x and "why=global_faster" in x]
     kept = [x for x in lines if f"action=lbd_trial job={job} queue=local kept=true" in x]
@@ -175,7 +181,10 @@ def test_a_kept_local_trial_is_followed_by_a_trial_of_the_decided_global_queue(
     trial = (won or lost)[0]
     wall, wall_local = float(trial["calls_per_s_decided"]), float(trial["calls_per_s_local"])
     cpu, cpu_local = float(trial["calls_per_cpu_s_decided"]), float(trial["calls_per_cpu_s_local"])
-    faster = wall > 1.05 * wall_local and cpu >= 0.9 * cpu_local
+    # The detector's own margins (this test read 1.05 and 0.9 after global_margin had become 0.15: a trial
+    # 5-15 % ahead, which the detector rightly left local, failed it in 6 runs of 16 on halo-persist).
+    p = LbdParams()
+    faster = wall > (1 + p.global_margin) * wall_local and cpu >= p.wall_floor * cpu_local
     assert bool(won) == faster, trial
     final = [j for j in seen if j["lbd"] == "decided"][-1]["queue"]
     if won:
