@@ -4,7 +4,7 @@ The question this answers: on this machine, for this pattern and shape, does the
 waiting (yield first when the rank's calls have waited briefly, else sleep at once; libvmrt.c,
 yield_wait) choose as well as always sleeping or always yielding would? On a 16-core VM the old rule
 yielded through 120-us waits and ran a ring of 16 on 8 CPUs 2.2x as long as sleeping at once
-(vmsched/vmruntime/README.md, "Sixteen cores, again"); this is the benchmark that found it, made
+(docs/vmruntime-journal.md, "Sixteen cores, again"); this is the benchmark that found it, made
 repeatable.
 
 Each case runs a fixed number of iterations, calibrated once so that the local-queue run asleep at once

@@ -119,7 +119,7 @@ def test_calls_that_wait_long_sleep_though_each_wait_for_the_token_is_short(tmp_
     hops on the other, while they pass their token back and forth, neither able to go on. The short-wait
     rule reads the average wait of whole MPI calls, so these ranks sleep at once. Fed each wait for the
     token, as it was, it yielded through them, and a ring of 16 on 8 CPUs of a 16-core machine ran 2.2x
-    as long as sleeping at once (vmsched/vmruntime/README.md, "Sixteen cores, again"). The slow hops are
+    as long as sleeping at once (docs/vmruntime-journal.md, "Sixteen cores, again"). The slow hops are
     CPU time, not work units, so that calls wait as long on any node: a plain ring of 8 on 2 CPUs, the
     test's program until 2026-11-28, waited 76-87 us per call on one node and 35-54 us on a 2.5x faster
     one, where calls that near the rule's 30-us bound yielded under either rule."""
@@ -139,7 +139,7 @@ def test_the_global_queue_yields_while_the_detector_measures(patterns, tmp_path)
     before its end in 2 runs of 9 here, one of them beside a CI run, and its yields on local queues say
     nothing). Elsewhere the global queue sleeps at once, whatever the short-wait rule says, and while the
     LBD measures the average cannot tell: asleep, each hop of a ring wakes a rank on an idle CPU, the calls
-    wait long, and the rule kept the ring asleep (vmsched/vmruntime/README.md, "Yielding while the
+    wait long, and the rule kept the ring asleep (docs/vmruntime-journal.md, "Yielding while the
     detector measures"). So there a wait the counters can judge (the ring's receives) yields first. Not a
     collective's (an all-to-all), whose holders progress it while a rank yields beside them; nor any wait
     on a fixed global queue, which nothing measures."""
