@@ -668,7 +668,7 @@ LOCAL_FASTER = {"speed": lambda local: 30_000.0 if local else 20_000.0, "clock":
 def test_a_local_job_whose_progress_falls_is_re_measured_at_once() -> None:
     """A decided-local job whose MPI calls per second fall under `watch_drop` of its local trial's goes back
     to the global queue to measure at its next watch reads, not 10 s later at its periodic re-measure: a
-    job split in two communicators ran 4x slower on local queues once one half was done (README, "Watching
+    job split in two communicators ran 4x slower on local queues once one half was done (lbd.py, "Watching
     a local job")."""
     fall_at = 400
     states = drive(lambda q: [0.5] * 4, 700, P, fall=(fall_at, 0.2), **LOCAL_FASTER)  # type: ignore[arg-type]
