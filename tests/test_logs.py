@@ -8,6 +8,7 @@ import os
 import re
 import signal
 import subprocess
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -18,6 +19,7 @@ from vmsched.config import load_config
 from vmsched.cpumanager.client import CpuManagerClient
 from vmsched.logs import KeyValueFormatter, kv
 from vmsched.protocol import DaemonUnavailable
+from vmsched.vmruntime.testing import lbd_decisions
 
 
 def test_key_value_lines():
@@ -28,6 +30,11 @@ def test_key_value_lines():
     assert kv({"msg": 'say "hi"\nbye'}) == r'msg="say \"hi\"\nbye"'  # one line, whatever the value holds
     rec = logging.LogRecord("vm-launcher", logging.WARNING, __file__, 1, "plain %s", ("text",), None)
     assert KeyValueFormatter(journald=True).format(rec) == '<4>level=warning daemon=vm-launcher msg="plain text"'
+    rec.created, rec.msecs = time.mktime((2026, 12, 3, 6, 27, 56, 0, 0, -1)) + 0.042, 42.0
+    assert (
+        KeyValueFormatter(journald=False).format(rec)
+        == '2026-12-03T06:27:56.042 level=warning daemon=vm-launcher msg="plain text"'
+    )  # milliseconds: 10-ms quanta
 
 
 @pytest.fixture
@@ -108,3 +115,28 @@ def test_job_events_name_job_user_action_reason(node_factory):
     assert f"action=admit job={job} ranks=2 " in cm_log
     # Released by whichever notices the end first: the manager (its leader exited) or the launcher.
     assert re.search(rf'action=release job={job} reason=(finished|"released by request") ', cm_log), cm_log
+
+
+def test_lbd_decisions_read_the_log_files_lines():
+    """The benchmarks read the detector's decisions, and when they came, from the lines the formatter writes."""
+    fmt = KeyValueFormatter(journald=False)
+    t0 = time.mktime((2026, 12, 3, 6, 32, 5, 0, 0, -1))
+
+    def line(at: float, **fields: object) -> str:
+        rec = logging.LogRecord("vm-cpumanager", logging.INFO, __file__, 1, "%s", (kv(fields),), None)
+        rec.created, rec.msecs, rec.kv = t0 + at, round(at % 1 * 1000), True
+        return fmt.format(rec)
+
+    def decision(at: float, job: int, queue: str, why: str) -> str:
+        return line(at, action="lbd_decision", job=job, cvcs=0.04, ip=0.0218, queue=queue, decision=1, why=why)
+
+    log = "\n".join([
+        line(0.857, action="admit", job=9004, ranks=4), line(0.9, action="admit", job=9005, ranks=4),
+        decision(1.054, 9004, "local", "idleness"), decision(1.154, 9004, "global", "local_slower"),
+        decision(1.2, 9005, "global", "idleness"), decision(1.454, 9004, "local", "idleness"),
+        line(1.575, action="lbd_trial", job=9004, queue="global", kept=False),
+    ])  # fmt: skip
+    assert lbd_decisions(log, 9004) == ("local (idleness, IP 2.2 %, 0.20 s) > global (local_slower, IP 2.2 %, 0.30 s)"
+                                        " > local (idleness, IP 2.2 %, 0.60 s); settled 0.72 s")  # fmt: skip
+    assert lbd_decisions(log, 9005) == "global (idleness, IP 2.2 %, 0.30 s); settled 0.30 s"
+    assert lbd_decisions(log, 9006) == "undecided"
