@@ -60,6 +60,10 @@ detector chose in each default run (the CPU manager's log). With --confirm N, a 
 CONFIRM_FROM (1.05) or more slower than some way, paired, runs N more rounds of default, those ways and
 the A/A; their ratios join the rounds' in the paired figures (the row says which ways, JSON `confirmed`):
 on a node whose A/A moves by 20 % the worst of 30 cases is over 1.1 by its noise alone after 4 rounds.
+Each paired ratio comes with a distribution-free CI_LEVEL (90 %) interval for its median (order
+statistics: over 8 rounds the 2nd smallest to the 2nd largest ratio, covering 93 %): a case whose
+interval lies above 1.1 is slower than the bound, one whose interval straddles it is not told apart
+from it by these rounds (JSON: `default_vs_best_paired_surely_over_1_1`, `..._maybe_over_1_1`).
 Last line: JSON.
 
     python bench/patterns.py [--quick] [--reps 3] [--confirm 8] [--programs ring,halo2d,ep] [--shapes 4x1,8x2]
@@ -134,6 +138,7 @@ CAP_FACTOR, CAP_MIN_S = 20, 20.0
 # from the 1.1 of the acceptance: the same options read 0.83-1.20x each other over 4 rounds on a noisy
 # 2-CPU node (p33, 2026-12-01), so a case just under the bound is re-measured as one just over it is.
 CONFIRM_FROM = 1.05
+CI_LEVEL = 0.9  # the paired ratios' intervals (median_ci): a 95 % one over 8 rounds is their whole range
 # The first run must last MARGIN min_s: ep.S 4x2's first run took 1.06 s, then 0.80 s in the way it was
 # compared with; the ring 4x2's 1.0 s, then a median of 0.57 s over 8 default runs (2026-11-28).
 MARGIN = 1.5
@@ -519,6 +524,7 @@ def make_row(prog: Program, nranks: int, cpus: int, reps: int, runs: dict[str, l
             "capped": sorted(w for w, rs in runs.items() if rs[0].capped),
             "held_out": held_out(runs),
             "paired": paired_ratios(runs, more),
+            "paired_ci": {w: [round(x, 4) for x in median_ci(v)] for w, v in paired_lists(runs, more).items()},
             "confirmed": {w: len(rs) for w, rs in more.items() if w != "default"},
             "decisions": [r.decisions for r in runs["default"] if r.decisions],
             "reference": ended[0] if ended else "default", "bad": bad}  # fmt: skip
@@ -530,20 +536,42 @@ def paired(runs: dict[str, list[Run]], way: str, rounds: range | list[int]) -> f
     return statistics.median(runs["default"][i].seconds / runs[way][i].seconds for i in rounds)
 
 
-def paired_ratios(runs: dict[str, list[Run]], more: dict[str, list[Run]] | None = None) -> dict[str, float]:
-    """default / each way, the median of the rounds' ratios (`paired`): the node's speed drifts by 20-30 %
-    within an hour on a shared machine, which moves a ratio of medians; runs next to each other share it.
-    Ways stopped at the cap are left out (their times are bounds). `more`: confirming rounds (--confirm),
-    each with default and the ways it ran; a way's ratios in them join its ratios in the rounds."""
+def paired_lists(runs: dict[str, list[Run]], more: dict[str, list[Run]] | None = None) -> dict[str, list[float]]:
+    """default / each way, round by round: a round's two runs share the node's state (other load, its
+    memory), and the node's speed drifts by 20-30 % within an hour on a shared machine, which moves a
+    ratio of medians. Ways stopped at the cap are left out (their times are bounds). `more`: confirming
+    rounds (--confirm), each with default and the ways it ran; a way's ratios in them join its ratios in
+    the rounds."""
     n, more = len(runs["default"]), more or {}
     out = {}
     for w, rs in runs.items():
         if w == "default" or len(rs) != n or rs[0].capped:
             continue
         extra = more.get(w, [])  # a confirming round runs default and each of its ways once
-        both = {"default": [*runs["default"], *more.get("default", [])[: len(extra)]], w: [*rs, *extra]}
-        out[w] = round(paired(both, w, range(n + len(extra))), 4)
+        mine = [*runs["default"], *more.get("default", [])[: len(extra)]]
+        out[w] = [d.seconds / x.seconds for d, x in zip(mine, [*rs, *extra], strict=True)]
     return out
+
+
+def paired_ratios(runs: dict[str, list[Run]], more: dict[str, list[Run]] | None = None) -> dict[str, float]:
+    """default / each way, the median of the rounds' ratios (`paired_lists`)."""
+    return {w: round(statistics.median(v), 4) for w, v in paired_lists(runs, more).items()}
+
+
+def median_ci(values: list[float], level: float = CI_LEVEL) -> tuple[float, float, float]:
+    """A distribution-free interval for the median of `values` and its coverage: the k-th smallest and the
+    k-th largest, with the largest k whose coverage (1 - 2 P(Bin(n, 1/2) < k)) is at least `level`, or
+    the whole range where even that falls short (n < 5 at 0.9). Order statistics and a binomial sum,
+    written here: the benchmarks' only statistic past a median, not worth a dependency (scipy)."""
+    xs, n = sorted(values), len(values)
+    if not n:
+        raise ValueError("no values")
+
+    def coverage(k: int) -> float:
+        return 1 - 2 * sum(math.comb(n, i) for i in range(k)) / 2**n
+
+    k = max((k for k in range(1, (n + 1) // 2 + 1) if coverage(k) >= level), default=1)
+    return xs[k - 1], xs[n - k], coverage(k)
 
 
 def held_out(runs: dict[str, list[Run]]) -> dict | None:
@@ -572,6 +600,9 @@ def ratios(row: dict) -> dict[str, float]:
     pr = row.get("paired", {})
     if pr:  # against the way default loses most to, round by round; and against taskset so
         out["default_vs_best_paired"] = max(v for w, v in pr.items() if w in VMSCHED_WAYS)
+        ci = [c for w, c in row.get("paired_ci", {}).items() if w in VMSCHED_WAYS]
+        if ci:  # the highest low end (over against some way, beyond noise) and the highest high end
+            out["default_vs_best_paired_ci"] = (max(c[0] for c in ci), max(c[1] for c in ci))
         if "taskset" in pr:
             out["default_vs_taskset_paired"] = pr["taskset"]
         if AGAIN in pr:
@@ -619,8 +650,11 @@ def report(rows: list[dict], plot: Path | None) -> int:
             print(f"    default / best, held out: {h['default_vs_best']:.2f} (best picked on the even rounds: "
                   f"{h['picked'][0]}, on the odd: {h['picked'][1]})")  # fmt: skip
         if row.get("paired"):
-            print("    default / way, median of the rounds' ratios: "
-                  + " ".join(f"{w} {v:.2f}" for w, v in row["paired"].items()))  # fmt: skip
+            ci = row.get("paired_ci", {})
+            cover = f" [{100 * min(c[2] for c in ci.values()):.0f} % interval]" if ci else ""
+            print(f"    default / way, median of the rounds' ratios{cover}: "
+                  + " ".join(f"{w} {v:.2f}" + (f" [{ci[w][0]:.2f}-{ci[w][1]:.2f}]" if w in ci else "")
+                             for w, v in row["paired"].items()))  # fmt: skip
     if STARTUP:  # what a command timed by its wall clock was charged less (net)
         print("\nstart-up subtracted from commands timed by their wall clock (median of 3 near-empty runs): "
               + ", ".join(f"{w} {n}x{c} {v:.3f} s" for (w, n, c), v in sorted(STARTUP.items())))  # fmt: skip
@@ -651,6 +685,10 @@ def report(rows: list[dict], plot: Path | None) -> int:
         if vals:
             figures[f"{key}_worst"] = round(max(vals), 3)
             figures[f"{key}_over_1_1"] = sum(v > 1.1 for v in vals)
+    cis = [r["default_vs_best_paired_ci"] for r in rs if "default_vs_best_paired_ci" in r]
+    if cis:  # over 1.1 beyond this node's noise, and not told apart from 1.1 by it
+        figures["default_vs_best_paired_surely_over_1_1"] = sum(lo > 1.1 for lo, _ in cis)
+        figures["default_vs_best_paired_maybe_over_1_1"] = sum(lo <= 1.1 < hi for lo, hi in cis)
     aa = [r["default_vs_again_paired"] for r in rs if "default_vs_again_paired" in r]
     if aa:  # the same way twice: how far this node's noise alone moves a paired ratio, either way
         figures["default_vs_again_paired_range"] = [round(min(aa), 3), round(max(aa), 3)]

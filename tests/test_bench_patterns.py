@@ -147,3 +147,40 @@ def test_the_calibration_is_not_compared_but_its_result_is_checked():
     assert row["bad"] == []
     assert bench.make_row(prog, 4, 2, 2, runs, 1.0, run(True, "other", 1.0))["bad"] == ["default"]
     assert bench.make_row(prog, 4, 2, 2, runs, 1.0, run(False, "c", 1.0))["bad"] == ["default"]
+
+
+@pytest.mark.parametrize(
+    ("n", "k", "coverage"),
+    [(4, 1, 0.875), (5, 1, 0.9375), (8, 2, 1 - 2 * 9 / 256), (12, 3, 1 - 2 * 79 / 4096), (16, 5, 1 - 2 * 2517 / 65536)],
+)
+def test_median_intervals_are_order_statistics_with_their_binomial_coverage(n, k, coverage):
+    bench = load_script(BENCH)
+    values = [1.0 + i / 100 for i in reversed(range(n))]  # any order
+    lo, hi, cov = bench.median_ci(values)
+    assert (lo, hi) == (1.0 + (k - 1) / 100, 1.0 + (n - k) / 100)  # the k-th smallest and the k-th largest
+    assert cov == pytest.approx(coverage) and (cov >= bench.CI_LEVEL or k == 1)
+
+
+def test_a_case_is_over_the_bound_beyond_noise_only_where_its_interval_is(capsys):
+    # Eight rounds each: default is 12-20 % slower than local in every round (surely over 1.1); against
+    # rr it is 2-30 % slower (median 1.15, but its interval reaches under 1.1: maybe over); as fast as the A/A.
+    bench = load_script(BENCH)
+    run = bench.Run
+
+    def rows(ratios: dict[str, list[float]]) -> dict:
+        runs = {"default": [run(True, "c", 1.0)] * 8, "taskset": [run(True, "c", 1.0)] * 8}
+        runs |= {w: [run(True, "c", 1.0 / x) for x in xs] for w, xs in ratios.items()}
+        return bench.make_row(SimpleNamespace(label="p", iters=1), 4, 2, 8, runs, 1.0)
+
+    sure = rows({"local": [1.12, 1.2, 1.15, 1.18, 1.13, 1.19, 1.16, 1.14], "again": [1.0] * 8})
+    maybe = rows({"rr": [1.02, 1.3, 1.15, 1.16, 1.05, 1.2, 1.14, 1.15], "again": [1.0] * 8})
+    assert sure["paired_ci"]["local"][:2] == pytest.approx([1.13, 1.19])
+    assert maybe["paired_ci"]["rr"][:2] == pytest.approx([1.05, 1.2])
+    assert bench.ratios(sure)["default_vs_best_paired_ci"] == pytest.approx((1.13, 1.19))
+    assert bench.ratios(maybe)["default_vs_best_paired"] == pytest.approx(1.15)
+    assert bench.report([sure, maybe, sure], None) == 0
+    out = capsys.readouterr().out
+    figures = json.loads(out.splitlines()[-1])
+    assert figures["default_vs_best_paired_surely_over_1_1"] == 2
+    assert figures["default_vs_best_paired_maybe_over_1_1"] == 1
+    assert "rr 1.15 [1.05-1.20]" in out and "[93 % interval]" in out
