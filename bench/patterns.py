@@ -63,7 +63,9 @@ on a node whose A/A moves by 20 % the worst of 30 cases is over 1.1 by its noise
 Each paired ratio comes with a distribution-free CI_LEVEL (90 %) interval for its median (order
 statistics: over 8 rounds the 2nd smallest to the 2nd largest ratio, covering 93 %): a case whose
 interval lies above 1.1 is slower than the bound, one whose interval straddles it is not told apart
-from it by these rounds (JSON: `default_vs_best_paired_surely_over_1_1`, `..._maybe_over_1_1`).
+from it by these rounds (JSON: `default_vs_best_paired_surely_over_1_1`, `..._maybe_over_1_1`). Across
+cases, the geometric mean of the paired default / best and of the A/A (`..._geomean`): what the detector
+costs every program shows there, where one case's noise is averaged out.
 Last line: JSON.
 
     python bench/patterns.py [--quick] [--reps 3] [--confirm 8] [--programs ring,halo2d,ep] [--shapes 4x1,8x2]
@@ -685,6 +687,10 @@ def report(rows: list[dict], plot: Path | None) -> int:
         if vals:
             figures[f"{key}_worst"] = round(max(vals), 3)
             figures[f"{key}_over_1_1"] = sum(v > 1.1 for v in vals)
+    for key in ("default_vs_best_paired", "default_vs_again_paired"):  # across cases: what is common to them
+        vals = [r[key] for r in rs if key in r]
+        if vals:
+            figures[f"{key}_geomean"] = round(statistics.geometric_mean(vals), 3)
     cis = [r["default_vs_best_paired_ci"] for r in rs if "default_vs_best_paired_ci" in r]
     if cis:  # over 1.1 beyond this node's noise, and not told apart from 1.1 by it
         figures["default_vs_best_paired_surely_over_1_1"] = sum(lo > 1.1 for lo, _ in cis)

@@ -183,4 +183,6 @@ def test_a_case_is_over_the_bound_beyond_noise_only_where_its_interval_is(capsys
     figures = json.loads(out.splitlines()[-1])
     assert figures["default_vs_best_paired_surely_over_1_1"] == 2
     assert figures["default_vs_best_paired_maybe_over_1_1"] == 1
+    assert figures["default_vs_best_paired_geomean"] == pytest.approx((1.155**2 * 1.15) ** (1 / 3), abs=1e-3)
+    assert figures["default_vs_again_paired_geomean"] == pytest.approx(1.0)
     assert "rr 1.15 [1.05-1.20]" in out and "[93 % interval]" in out
