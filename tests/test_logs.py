@@ -140,3 +140,5 @@ def test_lbd_decisions_read_the_log_files_lines():
                                         " > local (idleness, IP 2.2 %, 0.60 s); settled 0.72 s")  # fmt: skip
     assert lbd_decisions(log, 9005) == "global (idleness, IP 2.2 %, 0.30 s); settled 0.30 s"
     assert lbd_decisions(log, 9006) == "undecided"
+    bare = "\n".join(x.split(" ", 1)[1] for x in log.splitlines())  # a journal's lines: no time stamps
+    assert lbd_decisions(bare, 9005) == "global (idleness, IP 2.2 %)"

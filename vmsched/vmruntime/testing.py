@@ -183,7 +183,8 @@ def vmrun_cmd(state_dir: Path, nranks: int, max_mpl: int, command: list[str], qu
     return [*cmd, "--", *command]
 
 
-_STAMP = r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}) "  # the log file's time stamp (vmsched.logs)
+# The log file's time stamp (vmsched.logs), optional: a journal's lines, or older files, have none.
+_STAMP = r"^(?:(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}) )?"
 
 
 def lbd_decisions(log_text: str, job_id: int) -> str:
@@ -191,10 +192,11 @@ def lbd_decisions(log_text: str, job_id: int) -> str:
     events), each with its time since the job was admitted: `local (idleness, IP 4.7 %, 0.21 s) > global
     (local_slower, IP 27.7 %, 0.32 s)`, then `; settled 0.35 s`: the last event that moved the job between
     queues (a decision or a lost global trial), where the job spent the time before on the global queue
-    or trying. `undecided` if none. The benchmarks print them beside a default run: one slower than a
-    fixed queue is the detector's doing, and the settling time bounds what measuring cost it."""
+    or trying. Without time stamps, the decisions alone; `undecided` if none. The benchmarks print them
+    beside a default run: one slower than a fixed queue is the detector's doing, and the settling time
+    bounds what measuring cost it."""
     admit = re.search(rf"{_STAMP}.*action=admit job={job_id} ", log_text, re.M)
-    t0 = datetime.fromisoformat(admit.group(1)) if admit else None
+    t0 = datetime.fromisoformat(admit.group(1)) if admit and admit.group(1) else None
     pattern = (rf"{_STAMP}.*action=lbd_decision job={job_id} cvcs=[0-9.e-]+ ip=([0-9.e-]+) queue=(\w+) "
                r"decision=\d+ why=(\w+)")  # fmt: skip
     hits = re.findall(pattern, log_text, re.M)
@@ -202,12 +204,13 @@ def lbd_decisions(log_text: str, job_id: int) -> str:
         return "undecided"
 
     def since(stamp: str) -> str:
-        return f", {(datetime.fromisoformat(stamp) - t0).total_seconds():.2f} s" if t0 else ""
+        return f"{(datetime.fromisoformat(stamp) - t0).total_seconds():.2f} s" if t0 and stamp else ""
 
-    text = " > ".join(f"{queue} ({why}, IP {100 * float(ip):.1f} %{since(at)})" for at, ip, queue, why in hits)
+    text = " > ".join(f"{queue} ({why}, IP {100 * float(ip):.1f} %{', ' + since(at) if since(at) else ''})"
+                      for at, ip, queue, why in hits)  # fmt: skip
     lost = re.findall(rf"{_STAMP}.*action=lbd_trial job={job_id} queue=global kept=false", log_text, re.M)
-    last = max([hits[-1][0], *lost])  # (ISO stamps sort as the times they name)
-    return f"{text}; settled{since(last)[1:]}" if t0 else text
+    settled = since(max([hits[-1][0], *lost]))  # (ISO stamps sort as the times they name)
+    return f"{text}; settled {settled}" if settled else text
 
 
 def round_order(ways: Sequence[str], rnd: int) -> list[str]:
