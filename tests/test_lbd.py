@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings
@@ -665,16 +666,38 @@ def remeasures(states: list[LbdState]) -> list[tuple[int, bool]]:
 LOCAL_FASTER = {"speed": lambda local: 30_000.0 if local else 20_000.0, "clock": True}
 
 
-def test_a_local_job_whose_progress_falls_is_re_measured_at_once() -> None:
-    """A decided-local job whose MPI calls per second fall under `watch_drop` of its local trial's goes back
-    to the global queue to measure at its next watch reads, not 10 s later at its periodic re-measure: a
-    job split in two communicators ran 4x slower on local queues once one half was done (lbd.py, "Watching
-    a local job")."""
+@pytest.mark.parametrize("idle", [None, 0.0], ids=["per-second", "per-cpu-second-too"])
+def test_a_local_job_whose_progress_falls_is_re_measured_at_once(idle: float | None) -> None:
+    """A decided-local job whose MPI calls per second (and per CPU second, where the idle time is known)
+    fall under `watch_drop` of its local trial's goes back to the global queue to measure after two watch
+    reads, not 10 s later at its periodic re-measure: a job split in two communicators ran 4x slower on
+    local queues once one half was done (lbd.py, "Watching a local job")."""
     fall_at = 400
-    states = drive(lambda q: [0.5] * 4, 700, P, fall=(fall_at, 0.2), **LOCAL_FASTER)  # type: ignore[arg-type]
+    states = drive(lambda q: [0.5] * 4, 700, P, fall=(fall_at, 0.2), idle=None if idle is None else lambda local: idle,
+                   **LOCAL_FASTER)  # type: ignore[arg-type]  # fmt: skip
+    assert (states[fall_at].watch[3] is None) == (idle is None)  # type: ignore[index]
     assert decisions(states)[0][1] and decisions(states)[0][0] < fall_at  # decided local before
     (q, fell), *_ = remeasures(states)
-    assert fell and fall_at < q <= fall_at + 2 * P.watch_quanta, remeasures(states)
+    assert fell and fall_at + P.watch_quanta < q <= fall_at + 3 * P.watch_quanta, remeasures(states)
+    low = [i for i, s in enumerate(states) if s.watch_low]
+    assert low and fall_at < low[0] == q - P.watch_quanta, (low, q)  # the read before was low, too
+
+
+def test_one_low_watch_read_does_not_move_a_local_job() -> None:
+    """A read under `watch_drop` between two normal ones (a stretch of outside load, some 0.1 s) leaves
+    the job where it is: a steady ring of 4 ranks was re-measured so in 5 runs of 20 on this 2-CPU VM."""
+    since = P.watch_quanta - 1  # the next quantum is a watch read
+    state = LbdState(LBD_DECIDED, local=True, decisions=1, wall_local=100_000.0, since_decision=since,
+                     base_user=(0.0,) * 4, watch=(50_000.0, 1.0, 4, None))  # fmt: skip
+    low = lbd_step(state, [], [1.0] * 4, P, calls=52_000.0, now=1.1)  # 20,000 calls/s: under half
+    assert low.phase == LBD_DECIDED and low.queue_local and low.watch_low and not low.fell
+    for _ in range(P.watch_quanta - 1):  # no read between watch reads
+        low = lbd_step(low, [], [1.0] * 4, P, calls=52_000.0, now=1.15)
+        assert low.watch_low and low.watch == (52_000.0, 1.1, 4, None)
+    normal = lbd_step(low, [], [1.0] * 4, P, calls=62_000.0, now=1.2)  # 100,000 calls/s again
+    assert normal.phase == LBD_DECIDED and normal.queue_local and not normal.watch_low
+    again = lbd_step(low, [], [1.0] * 4, P, calls=53_000.0, now=1.2)  # 10,000 calls/s: the second low read
+    assert again.phase == LBD_STABLE and again.fell and not again.watch_low and again.watch is None
 
 
 @pytest.mark.parametrize("share", [0.7, 1.0])
@@ -684,6 +707,24 @@ def test_a_local_job_whose_progress_moves_within_its_noise_is_not_re_measured_ea
     q0 = decisions(states)[0][0]
     assert [fell for _, fell in remeasures(states)] == [False], remeasures(states)
     assert remeasures(states)[0][0] == q0 + params.remeasure_quanta
+
+
+def test_outside_load_that_slows_a_local_job_per_second_is_no_fall() -> None:
+    """Another program on the job's CPUs takes 60 % of their time from quantum 300 on: the job makes 60 %
+    fewer calls per second but as many per CPU second of its own (its ranks' and its idle CPUs'), and a
+    re-measure on the global queue would find nothing to move it for: it stays to its periodic re-measure.
+    (A ring of 4 on 2 CPUs, with a program taking one of them 0.12 s in every 0.6 s, was re-measured so
+    in 6 runs of 20 on this node, 2026-12-03.)"""
+    params = LbdParams(remeasure_quanta=600)
+    loaded = drive(lambda q: [0.5] * 4, 1000, params, local_rates=lambda q: [0.5 if q < 300 else 0.2] * 4,
+                   idle=lambda local: 0.0, **LOCAL_FASTER)  # type: ignore[arg-type]  # fmt: skip
+    q0 = decisions(loaded)[0][0]
+    assert q0 < 300 and [fell for _, fell in remeasures(loaded)] == [False], remeasures(loaded)
+    assert remeasures(loaded)[0][0] == q0 + params.remeasure_quanta
+    # Without the idle time (the CPU seconds unknown) the same load reads as a fall per second.
+    unknown = drive(lambda q: [0.5] * 4, 1000, params, local_rates=lambda q: [0.5 if q < 300 else 0.2] * 4,
+                    **LOCAL_FASTER)  # type: ignore[arg-type]  # fmt: skip
+    assert remeasures(unknown)[0][1], remeasures(unknown)
 
 
 def test_a_local_job_without_a_trial_is_not_watched() -> None:
@@ -698,8 +739,10 @@ def test_a_rank_that_exits_does_not_read_as_a_fall_in_progress() -> None:
     (cg.W, 8 ranks on 2 CPUs, was re-measured so as its ranks finished)."""
     since = P.watch_quanta - 1  # the next quantum is a watch read
     state = LbdState(LBD_DECIDED, local=True, decisions=1, wall_local=100_000.0, since_decision=since,
-                     base_user=(0.0,) * 4, watch=(50_000.0, 1.0, 4))  # fmt: skip
+                     base_user=(0.0,) * 4, watch=(50_000.0, 1.0, 4, None))  # fmt: skip
     step = lbd_step(state, [], [1.0] * 3, P, calls=40_000.0, now=1.1)  # 3 ranks left, fewer calls in all
-    assert step.phase == LBD_DECIDED and step.queue_local and step.watch == (40_000.0, 1.1, 3)
-    fell = lbd_step(state, [], [1.0] * 4, P, calls=52_000.0, now=1.1)  # 20,000 calls/s: under half
-    assert fell.phase == LBD_STABLE and fell.fell
+    assert step.phase == LBD_DECIDED and step.queue_local and step.watch == (40_000.0, 1.1, 3, None)
+    low = lbd_step(state, [], [1.0] * 4, P, calls=52_000.0, now=1.1)  # 20,000 calls/s: under half
+    assert low.phase == LBD_DECIDED and low.watch_low  # (the second such read re-measures it)
+    exited = lbd_step(replace(state, watch_low=True), [], [1.0] * 3, P, calls=40_000.0, now=1.1)
+    assert exited.phase == LBD_DECIDED and not exited.watch_low  # no reading across an exit

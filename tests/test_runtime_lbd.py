@@ -48,9 +48,23 @@ def run_watched(manager: Manager, job_id: int, app: list[str],
     assert proc.returncode == 0, err
     assert verified in out.strip().splitlines()[-1], out[-2000:]
     assert seen and seen[0]["queue"] == "global"  # every LBD job starts on the global queue
+    return seen, decisions_in(manager.log_path.read_text(), job_id)
+
+
+def decisions_in(log_text: str, job_id: int) -> list[tuple[str, float, str]]:
+    """The job's LBD decisions in the manager's log, (queue, IP, why) in order."""
     hits = re.findall(rf"action=lbd_decision job={job_id} cvcs=[0-9.]+ ip=([0-9.e-]+) queue=(\w+) decision=\d+ "
-                      r"why=(\w+)", manager.log_path.read_text())  # fmt: skip
-    return seen, [(q, float(ip), why) for ip, q, why in hits]
+                      r"why=(\w+)", log_text)  # fmt: skip
+    return [(q, float(ip), why) for ip, q, why in hits]
+
+
+def until_remeasure(lines: list[str], job_id: int) -> list[str]:
+    """The log up to the job's first re-measure: what its first decisions and trials did. A long stretch of
+    outside load on this VM can still make a steady job's progress fall at two watch reads in a row (lbd.py,
+    "Watching a local job"), and the job then measures and decides afresh; the checks below are on what
+    came before. (The periodic re-measure, 30 s on, comes after these jobs' end.)"""
+    ends = [i for i, x in enumerate(lines) if f"action=lbd_remeasure job={job_id} " in x]
+    return lines[: ends[0]] if ends else lines
 
 
 @pytest.fixture(scope="module")
@@ -150,6 +164,16 @@ def patterns(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return compile_c_program(PATTERNS_C, tmp_path_factory.mktemp("patterns"))
 
 
+def past_one_misread(decisions: list[tuple[str, float, str]]) -> list[tuple[str, float, str]]:
+    """The decisions from the second local one on where a first local trial was misread: on a loaded node
+    that sends the job back to the global queue once, and its re-check windows bring it back (lbd.py:
+    "Two strikes"). CI read the ring so twice, on 20e8a4f and 24c637c, e.g. [('local', 0.0294, 'idleness'),
+    ('global', 0.0294, 'local_slower'), ('local', 0.0525, 'idleness')]. A second misread is not skipped."""
+    if len(decisions) > 2 and decisions[1][::2] == ("global", "local_slower") and decisions[2][0] == "local":
+        return decisions[2:]
+    return decisions
+
+
 def fields(line: str) -> dict[str, str]:
     return dict(re.findall(r"(\w+)=(\S+)", line))
 
@@ -165,13 +189,10 @@ def fields(line: str) -> dict[str, str]:
 def test_a_kept_local_trial_is_followed_by_a_trial_of_the_decided_global_queue(
     manager: Manager, patterns: Path, job: int, pattern: str, iters: int
 ) -> None:
-    seen, decisions = run_watched(manager, job, [str(patterns), pattern, str(iters), "1"], '"ok": true')
-    lines = manager.log_path.read_text().splitlines()
-    # A first local trial misread on a loaded node sends the job back to the global queue once, and its
-    # re-check windows bring it back (lbd.py: "Two strikes"); CI read the ring so once, on 20e8a4f:
-    # [('local', 0.0294, 'idleness'), ('global', 0.0294, 'local_slower'), ('local', 0.0525, 'idleness')].
-    if len(decisions) > 2 and decisions[1][::2] == ("global", "local_slower") and decisions[2][0] == "local":
-        decisions = decisions[2:]
+    seen, _ = run_watched(manager, job, [str(patterns), pattern, str(iters), "1"], '"ok": true')
+    everything = manager.log_path.read_text().splitlines()
+    lines = until_remeasure(everything, job)
+    decisions = past_one_misread(decisions_in("\n".join(lines), job))
     lost = [fields(x) for x in lines if f"action=lbd_trial job={job} queue=global kept=false" in x]
     won = [fields(x) for x in lines if f"action=lbd_decision job={job} " in x and "why=global_faster" in x]
     kept = [x for x in lines if f"action=lbd_trial job={job} queue=local kept=true" in x]
@@ -186,11 +207,12 @@ def test_a_kept_local_trial_is_followed_by_a_trial_of_the_decided_global_queue(
     p = LbdParams()
     faster = wall > (1 + p.global_margin) * wall_local and cpu >= p.wall_floor * cpu_local
     assert bool(won) == faster, trial
-    final = [j for j in seen if j["lbd"] == "decided"][-1]["queue"]
+    final = None if len(lines) < len(everything) else [j for j in seen if j["lbd"] == "decided"][-1]["queue"]
+    assert_refell_only(everything, job)
     if won:
-        assert decisions[-1][::2] == ("global", "global_faster") and final == "global", decisions
+        assert decisions[-1][::2] == ("global", "global_faster") and final in ("global", None), decisions
     else:
-        assert all(q == "local" for q, _, _ in decisions) and final == "local", decisions
+        assert all(q == "local" for q, _, _ in decisions) and final in ("local", None), decisions
     if pattern == "ring":
         assert lost and wall < 0.8 * wall_local, trial  # clearly behind: over at its first look
 
@@ -200,8 +222,25 @@ def test_without_the_global_trial_a_kept_local_trial_is_the_last_word(tmp_path: 
     config = tmp_path / "vmsched.toml"
     config.write_text("[cpumanager]\nlbd_remeasure_quanta = 3000\nlbd_global_trial = false\n")
     with Manager(cpus="0-1", extra=("--config", str(config))) as m:
-        seen, decisions = run_watched(m, 803, [str(patterns), "ring", "150000", "1"], '"ok": true')
-        lines = m.log_path.read_text().splitlines()
-    assert [q for q, _, _ in decisions] == ["local"], decisions
-    assert any("action=lbd_trial job=803 queue=local kept=true" in x for x in lines)
-    assert not any("action=lbd_trial job=803 queue=global" in x for x in lines)
+        seen, _ = run_watched(m, 803, [str(patterns), "ring", "150000", "1"], '"ok": true')
+        everything = m.log_path.read_text().splitlines()
+    assert not any("action=lbd_trial job=803 queue=global" in x for x in everything)
+    assert_refell_only(everything, 803)
+    lines = until_remeasure(everything, 803)
+    decisions = decisions_in("\n".join(lines), 803)
+    assert [q for q, _, _ in past_one_misread(decisions)] == ["local"], decisions
+    # One kept local trial (a failed one is the local_slower decision skipped above), and nothing after it.
+    assert sum("action=lbd_trial job=803 queue=local kept=true" in x for x in lines) == 1, lines
+    if len(lines) == len(everything):
+        assert [j for j in seen if j["lbd"] == "decided"][-1]["queue"] == "local"
+
+
+def assert_refell_only(lines: list[str], job_id: int) -> None:
+    """A re-measure of these short jobs can only be a fall in progress, logged with the rates that show it:
+    the read under half the trial's per second and per CPU second of the job (lbd.py, "Outside load is no
+    fall")."""
+    for x in lines:
+        if f"action=lbd_remeasure job={job_id} " in x:
+            f = fields(x)
+            assert f["why"] == "progress_fell" and float(f["calls_per_s"]) < 0.5 * float(f["calls_per_s_local"]), x
+            assert float(f["calls_per_cpu_s"]) < 0.5 * float(f["calls_per_cpu_s_local"]), x  # not outside load

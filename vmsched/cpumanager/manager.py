@@ -20,7 +20,7 @@ from vmsched.config import Config
 from vmsched.cpumanager import processes as proc
 from vmsched.cpumanager import shm_layout as L
 from vmsched.cpumanager.cpugroups import CpuGroups
-from vmsched.cpumanager.lbd import LbdParams, LbdState, lbd_step
+from vmsched.cpumanager.lbd import LbdParams, LbdState, job_cpu_now, lbd_step, watched_rates
 from vmsched.cpumanager.partition import AdmissionError, JobShape, minimum_partition, plan_partitions, rank_cpus
 from vmsched.cpumanager.table import (
     ForeignTable,
@@ -526,8 +526,14 @@ class CpuManager:
                   calls_per_cpu_s_decided=round(new.rate_decided or 0, 1), calls_per_s_local=round(new.wall_local or 0),
                   calls_per_s_decided=round(new.wall_decided or 0))  # fmt: skip
         elif new.phase == L.LBD_STABLE and state.phase == L.LBD_DECIDED:
+            # A fall: the rates its watch read, against its local trial's (module lbd: "Watching a local job").
+            read = watched_rates(state, calls, now, job_cpu_now(user, idle)) if new.fell else None  # type: ignore[arg-type]
+            rates = {} if read is None else {
+                "calls_per_s": round(read[0]), "calls_per_s_local": round(new.wall_local or 0),
+                "calls_per_cpu_s": round(read[1] or 0, 1), "calls_per_cpu_s_local": round(new.rate_local or 0, 1),
+            }  # fmt: skip
             event(log, "lbd_remeasure", job=j.job_id, quanta=state.since_decision + 1,
-                  why="progress_fell" if new.fell else "periodic")  # fmt: skip
+                  why="progress_fell" if new.fell else "periodic", **rates)  # fmt: skip
         elif new.phase == L.LBD_DECIDED and new.ip != state.ip:  # a re-check window of a global job closed
             event(log, "lbd_recheck", job=j.job_id, ip=round(new.ip or 0, 4), against=new.against)
 
