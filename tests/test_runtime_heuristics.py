@@ -90,7 +90,7 @@ def test_sender_walks_a_ring_backwards(patterns, tmp_path):
 LOCAL = {"MPI_Comm_rank", "MPI_Comm_size", "MPI_Wtime", "MPI_Dims_create", "MPI_Cart_coords", "MPI_Cart_shift"}
 WAITS_VIA_YIELD = {"MPI_Cart_create", "MPI_Comm_split", "MPI_Comm_free"}
 PATTERNS = ("ring", "ring-rev", "pipeline", "master-worker", "halo2d", "alltoall", "random-pairs", "tree", "halo-rma",
-            "halo-persist", "groups", "overlap")  # fmt: skip
+            "halo-persist", "groups", "overlap", "drift")  # fmt: skip
 
 
 def symbols(path: Path, *flags: str) -> set[str]:

@@ -6,7 +6,8 @@
  * random-pairs, tree, halo-rma (a 1-D halo exchanged by MPI_Put between MPI_Win_fence calls),
  * halo-persist (the same stencil, its halo exchanged by persistent requests), groups (each half of the
  * ranks reduces on a communicator of its own, the second half for 4 times the rounds), overlap (each
- * round starts an MPI_Iallreduce, computes while it is in flight, then waits for it). ITERS:
+ * round starts an MPI_Iallreduce, computes while it is in flight, then waits for it), drift (two halves
+ * drifting apart: tests/test_runtime_lbd.py's case, not the bench's). ITERS:
  * rounds; WORK: compute units per rank per round (one unit is a fixed number of arithmetic steps).
  * Rank 0 prints one JSON line: {"pattern", "ok", "checksum", "elapsed_s"}. "ok" is the program's own
  * check (every token, item, task and reduction arrived and adds up); "checksum" depends on the
@@ -357,6 +358,35 @@ static uint64_t groups(long iters, long work) {
     return agreed_sum(acc, ok);
 }
 
+/* Two halves that drift apart: the even and the odd ranks each reduce on a communicator of their own every
+ * round, the odd ones computing twice as long, and rank 0 broadcasts the round on MPI_COMM_WORLD every 8
+ * rounds. The broadcast is small (eager), so the even half does not wait for the odd one: it runs ahead,
+ * and its broadcasts pile up in the odd ranks' unexpected queues. Balanced at first, slower and slower on
+ * local queues later: a change of pace after a job's first tenths of a second (cpumanager/lbd.py,
+ * "Watching a local job"; a program of this shape, written by hand, ran 4x slower there). */
+static uint64_t drift(long iters, long work) {
+    int g = rank % 2;
+    MPI_Comm comm;
+    MPI_Comm_split(MPI_COMM_WORLD, g, rank, &comm);
+    uint64_t acc = 0;
+    int ok = 1;
+    for (long it = 0; it < iters; it++) {
+        acc ^= compute(work * (1 + g), (uint64_t)(it * size + rank)) & 0xff;
+        uint64_t v = mix((uint64_t)(it * 1000003 + rank)), s = 0, want = 0;
+        MPI_Allreduce(&v, &s, 1, MPI_UINT64_T, MPI_SUM, comm);
+        for (int j = g; j < size; j += 2) want += mix((uint64_t)(it * 1000003 + j));
+        ok &= s == want;
+        acc += s;
+        if (it % 8 == 0) {
+            long round = rank == 0 ? it : -1;
+            MPI_Bcast(&round, 1, MPI_LONG, 0, MPI_COMM_WORLD);
+            ok &= round == it;
+        }
+    }
+    MPI_Comm_free(&comm);
+    return agreed_sum(acc, ok);
+}
+
 /* Communication overlapped with work, as the nonblocking collectives are meant to be used: each round
  * starts the sum of the ranks' values, computes, then waits for the sum (and checks it). */
 static uint64_t overlap(long iters, long work) {
@@ -401,6 +431,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(name, "halo-persist")) sum = halo_persist(iters, work);
     else if (!strcmp(name, "groups")) sum = groups(iters, work);
     else if (!strcmp(name, "overlap")) sum = overlap(iters, work);
+    else if (!strcmp(name, "drift")) sum = drift(iters, work);
     else {
         if (rank == 0) fprintf(stderr, "patterns: unknown pattern %s\n", name);
         MPI_Finalize();
