@@ -714,7 +714,7 @@ def test_outside_load_that_slows_a_local_job_per_second_is_no_fall() -> None:
     fewer calls per second but as many per CPU second of its own (its ranks' and its idle CPUs'), and a
     re-measure on the global queue would find nothing to move it for: it stays to its periodic re-measure.
     (A ring of 4 on 2 CPUs, with a program taking one of them 0.12 s in every 0.6 s, was re-measured so
-    in 6 runs of 20 on this node, 2026-12-03.)"""
+    in 14 runs of 16 on this node when one read per second sufficed, 2026-12-03.)"""
     params = LbdParams(remeasure_quanta=600)
     loaded = drive(lambda q: [0.5] * 4, 1000, params, local_rates=lambda q: [0.5 if q < 300 else 0.2] * 4,
                    idle=lambda local: 0.0, **LOCAL_FASTER)  # type: ignore[arg-type]  # fmt: skip

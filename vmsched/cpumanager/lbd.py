@@ -535,13 +535,13 @@ def _watching(state: LbdState, params: LbdParams, since: int) -> bool:
             and params.watch_quanta > 0 and since % params.watch_quanta == 0)  # fmt: skip
 
 
-def _progress_fell(state: LbdState, calls: float, now: float, cpu: float | None, nranks: int,
-                   params: LbdParams) -> bool | None:  # fmt: skip
-    """Whether a decided-local job made fewer than `watch_drop` of its local trial's MPI calls per second of
-    wall time since its last watch read, and per CPU second of the job as well where both reads have it
-    (outside load slows the job per second, not per CPU second); None: too soon to tell, since at the
-    trial's pace its ranks would have made fewer than `window_calls` calls each (a phase more or less would
-    move the rate)."""
+def _watch_read_low(state: LbdState, calls: float, now: float, cpu: float | None, nranks: int,
+                    params: LbdParams) -> bool | None:  # fmt: skip
+    """Whether this watch read is low (two in a row are a fall): a decided-local job made fewer than
+    `watch_drop` of its local trial's MPI calls per second of wall time since its last watch read, and per
+    CPU second of the job as well where both reads have it (outside load slows the job per second, not
+    per CPU second); None: too soon to tell, since at the trial's pace its ranks would have made fewer
+    than `window_calls` calls each (a phase more or less would move the rate)."""
     if state.watch is None or not state.wall_local or now <= state.watch[1] or nranks != state.watch[2]:
         return None  # (a rank that exited takes its calls out of the sum: no reading across that)
     if state.wall_local * (now - state.watch[1]) < params.window_calls * max(1, nranks):
@@ -616,7 +616,7 @@ def lbd_step(
     if state.phase == LBD_DECIDED and (state.local or state.hold_global):
         watched = _watching(state, params, since) and user_times is not None and calls is not None and now is not None
         cpu = job_cpu_now(user_times, idle) if watched else None  # type: ignore[arg-type]
-        low = _progress_fell(state, calls, now, cpu, len(user_times), params) if watched else None  # type: ignore[arg-type]
+        low = _watch_read_low(state, calls, now, cpu, len(user_times), params) if watched else None  # type: ignore[arg-type]
         fell = bool(low and state.watch_low)  # two reads in a row: one is a stretch of outside load
         if since >= params.remeasure_quanta or fell:  # back to the global queue for one window
             return replace(state, phase=LBD_STABLE, base_user=(), quanta_stable=0, since_decision=since,
