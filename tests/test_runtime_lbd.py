@@ -234,8 +234,9 @@ def test_a_kept_local_trial_is_followed_by_a_trial_of_the_decided_global_queue(
     seen, _ = run_watched(manager, job, [str(patterns), pattern, str(iters), "1"], '"ok": true')
     everything = manager.log_path.read_text().splitlines()
     lines = until_remeasure(everything, job)
-    decisions = past_one_misread(decisions_in("\n".join(lines), job))
-    lost, won = global_trials("\n".join(lines), job)
+    text = "\n".join(lines)
+    decisions = past_one_misread(decisions_in(text, job))
+    lost, won = global_trials(text, job)
     kept = [x for x in lines if f"action=lbd_trial job={job} queue=local kept=true" in x]
     why = lbd_lines(manager, job)
     # Local queues first, kept by their trial; then one global trial, whose figures decide.
@@ -245,7 +246,7 @@ def test_a_kept_local_trial_is_followed_by_a_trial_of_the_decided_global_queue(
     wall, wall_local = float(trial["calls_per_s_decided"]), float(trial["calls_per_s_local"])
     # The detector's own margins (this test read 1.05 and 0.9 after global_margin had become 0.15: a trial
     # 5-15 % ahead, which the detector rightly left local, failed it in 6 runs of 16 on halo-persist).
-    assert_global_trial_by_margins("\n".join(lines), job)
+    assert_global_trial_by_margins(text, job)
     final = None if len(lines) < len(everything) else [j for j in seen if j["lbd"] == "decided"][-1]["queue"]
     assert_refell_only(everything, job)
     if won:
