@@ -688,7 +688,7 @@ def test_one_low_watch_read_does_not_move_a_local_job() -> None:
     the job where it is: a steady ring of 4 ranks was re-measured so in 5 runs of 20 on this 2-CPU VM."""
     since = P.watch_quanta - 1  # the next quantum is a watch read
     state = LbdState(LBD_DECIDED, local=True, decisions=1, wall_local=100_000.0, since_decision=since,
-                     base_user=(0.0,) * 4, watch=(50_000.0, 1.0, 4, None))  # fmt: skip
+                     base_user=(0.0,) * 4, watch=(50_000.0, 1.0, 4, None), paced=True)  # fmt: skip
     low = lbd_step(state, [], [1.0] * 4, P, calls=52_000.0, now=1.1)  # 20,000 calls/s: under half
     assert low.phase == LBD_DECIDED and low.queue_local and low.watch_low and not low.fell
     for _ in range(P.watch_quanta - 1):  # no read between watch reads
@@ -727,6 +727,24 @@ def test_outside_load_that_slows_a_local_job_per_second_is_no_fall() -> None:
     assert remeasures(unknown)[0][1], remeasures(unknown)
 
 
+@pytest.mark.parametrize(("scale", "watched"), [(1.0, True), (0.02, False)], ids=["many-calls", "few-calls"])
+def test_a_local_job_is_watched_only_after_a_trial_over_window_calls(scale: float, watched: bool) -> None:
+    """The watch compares with its local trial's pace, and a pace over fewer than `window_calls` calls per
+    rank is a phase or two of the program: mg.W (4 ranks on 2 CPUs) kept local queues by a 0.43-s trial of
+    some 60 calls per rank (586 calls per second, in the V-cycle's call-dense coarse levels), read 219
+    calls per second over its fine levels 1.4 and 2.8 s later, and was re-measured twice a run for it
+    (2026-12-03). The same job, the same fall, with 50x fewer calls: no watch; its periodic re-measure
+    still comes."""
+    speed = {"speed": lambda local: (30_000.0 if local else 20_000.0) * scale, "clock": True}
+    states = drive(lambda q: [0.5] * 4, 900, P, fall=(400, 0.2), **speed)  # type: ignore[arg-type]
+    q0, local = decisions(states)[0]
+    assert local and q0 < 400
+    kept = next(s for s in states[q0 + 1 :] if s.trial_quanta == 0 and s.local)  # the local trial's end
+    assert kept.paced == watched, kept
+    assert any(fell for _, fell in remeasures(states)) == watched, remeasures(states)
+    assert watched or all(s.watch is None for s in states)
+
+
 def test_a_local_job_without_a_trial_is_not_watched() -> None:
     """No call counts (and so no local trial): nothing to compare with, no watch reads."""
     states = drive(lambda q: [0.5] * 4, 700, P, clock=True)
@@ -739,7 +757,7 @@ def test_a_rank_that_exits_does_not_read_as_a_fall_in_progress() -> None:
     (cg.W, 8 ranks on 2 CPUs, was re-measured so as its ranks finished)."""
     since = P.watch_quanta - 1  # the next quantum is a watch read
     state = LbdState(LBD_DECIDED, local=True, decisions=1, wall_local=100_000.0, since_decision=since,
-                     base_user=(0.0,) * 4, watch=(50_000.0, 1.0, 4, None))  # fmt: skip
+                     base_user=(0.0,) * 4, watch=(50_000.0, 1.0, 4, None), paced=True)  # fmt: skip
     step = lbd_step(state, [], [1.0] * 3, P, calls=40_000.0, now=1.1)  # 3 ranks left, fewer calls in all
     assert step.phase == LBD_DECIDED and step.queue_local and step.watch == (40_000.0, 1.1, 3, None)
     low = lbd_step(state, [], [1.0] * 4, P, calls=52_000.0, now=1.1)  # 20,000 calls/s: under half

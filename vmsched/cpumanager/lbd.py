@@ -228,7 +228,14 @@ repository, 4 ranks on 2 CPUs):
   a broadcast on MPI_COMM_WORLD every 8 rounds: the fall this watch is for) is still re-measured 110-130
   quanta after its local decision, its reads at 0.04-0.05 of its trial's pace per second and per CPU
   second.
-A job without a trial (too few calls, or no call counts) is not watched.
+A job without a trial (too few calls, or no call counts) is not watched, and neither is one whose kept
+local trial held fewer than `window_calls` calls per rank (`paced`, 2026-12-03): such a pace is a phase or
+two of the program, not its pace. mg.W (4 ranks on 2 CPUs, bench/patterns.py) kept local queues by
+0.42-0.44-s trials of 61-66 calls per rank, at 560-623 calls per second; its reverse trials, which go on
+until they hold 200, read 272-385 over 2.1-3.0 s. The watch then read 215-236, under half, twice in a
+row, and 7 of 34 runs were re-measured so, 2.8-2.9 s after the trial: three were decided local again by
+idleness, two by a reverse trial, two went to the global queue by a failed one (one back 1.3 s later).
+Its periodic re-measure still comes.
 
 One CPU (ours): a partition of one CPU has nothing to balance - one token, every rank in its one
 queue - so the detector decides local queues at once, without measuring (`one_cpu`), and measures
@@ -319,6 +326,7 @@ class LbdState:
     watch: tuple[float, float, int, float | None] | None = None
     watch_low: bool = False  # that read found the job's progress fallen: the next one low too re-measures it
     fell: bool = False  # the running re-measure began because the job's progress fell (not the periodic one)
+    paced: bool = False  # the kept local trial held `window_calls` calls per rank: its pace is the watch's measure
 
     @property
     def queue_local(self) -> bool:
@@ -491,7 +499,7 @@ def _trial(state: LbdState, calls: float, times: Sequence[float] | None, since: 
         return _held_global(state, rate_local=rate, wall_local=wall, hold_global=held, reverse=False,
                             struck=state.struck or not state.reverse)  # fmt: skip
     kept = replace(state, trial_quanta=0, rate_local=rate, wall_local=wall, since_decision=since, reverse=False,
-                   band=False, struck=False)  # fmt: skip
+                   band=False, struck=False, paced=enough)  # fmt: skip
     if params.global_trial and enough and wall is not None:  # (an early look never keeps a trial)
         # The window's global queue is not the decided one: its ranks yield before they sleep (module
         # docstring: "Global trial"). Try the decided global queue as long, from this read.
@@ -530,9 +538,9 @@ def _global_trial(state: LbdState, calls: float, times: Sequence[float] | None, 
 
 def _watching(state: LbdState, params: LbdParams, since: int) -> bool:
     """Whether quantum `since` of a decided-local job is a watch read: its local trial gave a rate of calls
-    per second to compare with."""
+    per second to compare with, over `window_calls` calls per rank (`paced`)."""
     return (state.phase == LBD_DECIDED and bool(state.local) and not state.hold_global and bool(state.wall_local)
-            and params.watch_quanta > 0 and since % params.watch_quanta == 0)  # fmt: skip
+            and state.paced and params.watch_quanta > 0 and since % params.watch_quanta == 0)  # fmt: skip
 
 
 def _watch_read_low(state: LbdState, calls: float, now: float, cpu: float | None, nranks: int,
