@@ -131,6 +131,18 @@ def pytest_sessionfinish(session, exitstatus) -> None:  # noqa: ANN001
         print(f"\nfuzz: only {sum(FUZZ_CASES.values())} cases, fewer than {FUZZ_FLOOR}")
 
 
+def pytest_unconfigure(config: pytest.Config) -> None:
+    # tmp_path_retention_policy "failed" has pytest remove a green run's directory (its sessionfinish, which
+    # runs before this) but not the per-user one that holds it, /tmp/pytest-of-USER: take that too when it
+    # is left empty (rmdir refuses one that still holds another run's or a failed test's directory).
+    base = getattr(getattr(config, "_tmp_path_factory", None), "_basetemp", None)
+    if base is not None and not base.exists():
+        try:
+            base.parent.rmdir()
+        except OSError:
+            pass
+
+
 def vmsched_shm_entries() -> set[str]:
     return {n for n in os.listdir("/dev/shm") if n.startswith("vmsched.") or n.startswith("sem.vmsched.")}
 
