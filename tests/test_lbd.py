@@ -730,11 +730,10 @@ def test_outside_load_that_slows_a_local_job_per_second_is_no_fall() -> None:
 @pytest.mark.parametrize(("scale", "watched"), [(1.0, True), (0.02, False)], ids=["many-calls", "few-calls"])
 def test_a_local_job_is_watched_only_after_a_trial_over_window_calls(scale: float, watched: bool) -> None:
     """The watch compares with its local trial's pace, and a pace over fewer than `window_calls` calls per
-    rank is a phase or two of the program: mg.W (4 ranks on 2 CPUs) kept local queues by a 0.43-s trial of
-    some 60 calls per rank (586 calls per second, in the V-cycle's call-dense coarse levels), read 219
-    calls per second over its fine levels 1.4 and 2.8 s later, and was re-measured twice a run for it
-    (2026-12-03). The same job, the same fall, with 50x fewer calls: no watch; its periodic re-measure
-    still comes."""
+    rank is a phase or two of the program: mg.W (4 ranks on 2 CPUs) kept local queues by 0.43-s trials of
+    some 60 calls per rank (560-623 calls per second, a call-dense stretch of its V-cycles), read 215-236
+    at its next two watch reads, and was re-measured for it in 7 of 34 runs (2026-12-03). The same job,
+    the same fall, with 50x fewer calls: no watch; its periodic re-measure still comes."""
     speed = {"speed": lambda local: (30_000.0 if local else 20_000.0) * scale, "clock": True}
     states = drive(lambda q: [0.5] * 4, 900, P, fall=(400, 0.2), **speed)  # type: ignore[arg-type]
     q0, local = decisions(states)[0]
