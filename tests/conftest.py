@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import signal
@@ -134,13 +135,11 @@ def pytest_sessionfinish(session, exitstatus) -> None:  # noqa: ANN001
 def pytest_unconfigure(config: pytest.Config) -> None:
     # tmp_path_retention_policy "failed" has pytest remove a green run's directory (its sessionfinish, which
     # runs before this) but not the per-user one that holds it, /tmp/pytest-of-USER: take that too when it
-    # is left empty (rmdir refuses one that still holds another run's or a failed test's directory).
+    # is left empty (rmdir refuses one that still holds this run's, another run's or a failed test's).
     base = getattr(getattr(config, "_tmp_path_factory", None), "_basetemp", None)
-    if base is not None and not base.exists():
-        try:
+    if base is not None:
+        with contextlib.suppress(OSError):
             base.parent.rmdir()
-        except OSError:
-            pass
 
 
 def vmsched_shm_entries() -> set[str]:
