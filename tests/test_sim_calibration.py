@@ -70,7 +70,9 @@ def test_sigterm_stops_the_calibration_and_takes_its_manager_and_jobs_with_it(tm
         _, err = proc.communicate(timeout=60)
         assert proc.returncode == 128 + signal.SIGTERM, err[-2000:]
         assert "stopped, nothing written" in err and not out.exists()
-        left = [k.pid for k in kids if k.is_running() and k.status() != psutil.STATUS_ZOMBIE]
+        # With each one's command line and state: a failure then says which part of the tree stayed.
+        left = {k.pid: (cmd, k.status()) for k, cmd in kids.items()
+                if k.is_running() and k.status() != psutil.STATUS_ZOMBIE}  # fmt: skip
         assert not left, f"still running after the calibration stopped: {left}"
         assert not state_dir.exists()
     finally:  # what a failure leaves: the processes this test started, and the manager's directory
