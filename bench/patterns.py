@@ -18,7 +18,8 @@ node: on 2 CPUs, a job on one CPU beside 2 compute ranks on the other.
 
 Ways, per program and shape, in one invocation:
 - vmsched: under a private CPU manager with vmrun - `default` (no options), each global-queue
-  heuristic (`progress`, `sender`, `unconsumed`, `affinity`, `rr`), `local` queues, and `sleep`: the
+  heuristic (`progress`, `sender`, `unconsumed`, `affinity`, `rr`), `local` queues (rank r on CPU r mod P),
+  `local-block` (local queues with rank r on CPU r * P / N: vmrun --placement block), and `sleep`: the
   default with every wait asleep in the kernel at once (VMRT_YIELD_WAIT_US=0: the runtime before its
   two-phase waiting, for comparison);
 - `mpich-yield`: plain mpiexec with MPICH's own yielding (MPIR_CVAR_POLLS_BEFORE_YIELD=1,
@@ -116,7 +117,7 @@ from vmsched.vmruntime.testing import (  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 HEURISTICS = ("progress", "sender", "unconsumed", "affinity", "rr")
-VMSCHED_WAYS = ("default", *HEURISTICS, "local", "sleep")
+VMSCHED_WAYS = ("default", *HEURISTICS, "local", "local-block", "sleep")
 PLAIN_WAYS = ("mpich-yield", "taskset", "timesharing")
 AGAIN = "again"  # default options a second time in each round: the A/A, never a candidate for `best`
 SHAPES = ((2, 1), (4, 1), (4, 2), (8, 2))  # (ranks, CPUs)
@@ -312,6 +313,8 @@ def folded(m: Manager, prog: Program, nranks: int, cpus: int, way: str, env: dic
     opts: dict[str, str] = {}
     if way == "local":
         opts["queue"] = "local"
+    elif way == "local-block":
+        opts = {"queue": "local", "placement": "block"}
     elif way in HEURISTICS:
         opts = {"queue": "global", "heuristic": way}
     job_id = next(JOB_IDS)

@@ -50,6 +50,7 @@ def test_precedence_and_instances(tmp_path, monkeypatch):
         ("[launcherx]\n", "unknown section"),
         ("[cpumanager\n", "c.toml"),
         ("[cpumanager]\ndefault_queue = 'lifo'\n", "default_queue must be"),
+        ("[cpumanager]\nlbd_placement_margin = -0.1\n", "lbd_placement_margin must be >= 0"),
     ],
 )
 def test_bad_config_values(tmp_path, text, needle):

@@ -283,14 +283,15 @@ def test_bad_options_exit_nonzero(tmp_path):
 
 def test_vmcpu_status_view(cpumanager, spawn):
     c = cpumanager.client()
-    c.admit(4, nranks=4, max_mpl=2, queue="local")
+    c.admit(4, nranks=4, max_mpl=2, queue="local", placement="block")
     env = {**os.environ, "VMSCHED_STATE_DIR": str(cpumanager.state_dir)}
     r = subprocess.run([str(BIN / "vmcpu"), "--json"], capture_output=True, text=True, env=env, timeout=30)
     assert r.returncode == 0, r.stderr
     st = json.loads(r.stdout)
-    assert [(j["job"], j["cpus"], j["mpl"], j["queue"]) for j in st["jobs"]] == [(4, [0, 1], 2, "local")]
+    assert [(j["job"], j["cpus"], j["mpl"], j["queue"], j["placement"]) for j in st["jobs"]] == \
+        [(4, [0, 1], 2, "local", "block")]  # fmt: skip
     r = subprocess.run([str(BIN / "vmcpu")], capture_output=True, text=True, env=env, timeout=30)
-    assert r.returncode == 0 and "local" in r.stdout and "0:4" in r.stdout
+    assert r.returncode == 0 and "local, block" in r.stdout and "0:4" in r.stdout
     r = subprocess.run([str(BIN / "vmcpu"), "--state-dir", str(cpumanager.state_dir / "nowhere")],
                        capture_output=True, text=True, timeout=30)  # fmt: skip
     assert r.returncode == 1 and "is the CPU manager running" in r.stderr

@@ -29,7 +29,7 @@ def drive(rates: Rates, quanta: int, params: LbdParams = P, state: LbdState | No
           speed: Callable[[bool], float] | None = None,
           idle: Callable[[bool], float] | None = None, local_rates: Rates | None = None,
           clock: bool = False, decided: float | None = None,
-          fall: tuple[int, float] | None = None) -> list[LbdState]:  # fmt: skip
+          fall: tuple[int, float] | None = None, block: float = 1.0) -> list[LbdState]:  # fmt: skip
     """Run the detector over `quanta` quanta; `noise()` shifts each CPU time read (a rank caught
     inside or outside a compute phase); `speed(local)`: the job's MPI calls per CPU second of its ranks
     on that queue (None: the manager gives no call counts); `idle(local)`: the CPUs of its partition
@@ -37,7 +37,8 @@ def drive(rates: Rates, quanta: int, params: LbdParams = P, state: LbdState | No
     the CPU shares on local queues, if not `rates`; `clock`: give the time of each read of CPU times;
     `decided`: the calls per CPU second on the decided global queue, if not `speed(False)` (the window's
     ranks yield before they sleep, the decided queue's sleep at once); `fall`: (quantum, share): from that
-    quantum on, local queues make only that share of their calls (the program changed there)."""
+    quantum on, local queues make only that share of their calls (the program changed there); `block`: local
+    queues in a block placement make this many times their calls per CPU second in r mod P."""
     state = state or LbdState()
     n = len(rates(0))
     cpu, sw, calls, idled = [0.0] * n, [0.0] * n, 0.0, 0.0
@@ -50,6 +51,8 @@ def drive(rates: Rates, quanta: int, params: LbdParams = P, state: LbdState | No
         rate = decided if decided is not None and on_decided else speed(state.queue_local) if speed else 0.0
         if fall and q >= fall[0] and state.queue_local:
             rate *= fall[1]
+        if state.queue_local and state.block:
+            rate *= block
         calls += rate * sum(used) * Q
         idled += idle(state.queue_local) * Q * 2 if idle else 0.0  # two CPUs
         user = None
@@ -586,15 +589,19 @@ def test_a_re_measure_window_with_too_few_calls_keeps_a_local_job_local_untried(
 HALO = 145_000.0  # MPI calls per CPU second of halo-persist's ranks (4 on 2 CPUs) in their first window
 
 
-def global_trials(states: list[LbdState]) -> list[tuple[int, int]]:
-    """(first quantum, quanta) of every global trial."""
+def trials_by(states: list[LbdState], counter: str) -> list[tuple[int, int]]:
+    """(first quantum, quanta) of every trial whose quanta the state counts in `counter`."""
     out: list[tuple[int, int]] = []
     for q, s in enumerate(states):
-        if s.global_quanta == 1:
+        if getattr(s, counter) == 1:
             out.append((q, 0))
-        if s.global_quanta:
+        if getattr(s, counter):
             out[-1] = (out[-1][0], out[-1][1] + 1)
     return out
+
+
+def global_trials(states: list[LbdState]) -> list[tuple[int, int]]:
+    return trials_by(states, "global_quanta")
 
 
 @pytest.mark.parametrize(("decided", "won"), [
@@ -615,7 +622,9 @@ def test_a_kept_local_trial_is_followed_by_a_trial_of_the_decided_global_queue(d
     trials = global_trials(states)
     assert trials, "no global trial"
     start, length = trials[0]
-    assert states[start].rate_local is not None and states[start - 1].trial_quanta  # right after the local trial
+    # Right after the local trial and its placement trial (as long, block no faster here: not kept).
+    assert states[start].rate_local is not None and states[start - 1].block_quanta and not states[start].block
+    assert states[start - states[start - 1].block_quanta - 1].trial_quanta
     full = max(P.trial_min_quanta, states[first[0]].trial_len)
     clearly_behind = decided < 1 - P.trial_margin
     assert length == (P.glance_quanta if clearly_behind else full)
@@ -763,3 +772,75 @@ def test_a_rank_that_exits_does_not_read_as_a_fall_in_progress() -> None:
     assert low.phase == LBD_DECIDED and low.watch_low  # (the second such read re-measures it)
     exited = lbd_step(replace(state, watch_low=True), [], [1.0] * 3, P, calls=40_000.0, now=1.1)
     assert exited.phase == LBD_DECIDED and not exited.watch_low  # no reading across an exit
+
+
+def placement_trials(states: list[LbdState]) -> list[tuple[int, int]]:
+    return trials_by(states, "block_quanta")
+
+
+@pytest.mark.parametrize(("block", "kept"), [
+    (1.29, True),  # halo-persist 4x2: 195,000 calls per second in a block placement, 151,000 in r mod P
+    (1.10, False),  # not block_margin ahead: to its end, r mod P stays
+    (0.90, False),  # behind, not clearly: to its end as well
+    (0.70, False),  # a ring (1.3-1.5x slower so): clearly behind at the first look
+])  # fmt: skip
+def test_a_kept_local_trial_is_followed_by_a_placement_trial(block: float, kept: bool) -> None:
+    """A job kept on local queues by its trial runs as long in a block placement, and keeps it only if it
+    made `block_margin` more calls per second so; the global trial comes after, against the pace kept."""
+    states = drive(lambda q: shares(0.02), P.remeasure_quanta + 200, speed=lambda local: HALO, decided=HALO * 0.9,
+                   clock=True, block=block)  # fmt: skip
+    first = decisions(states)[0]
+    assert first[1]  # local by idleness
+    trials = placement_trials(states)
+    assert trials, "no placement trial"
+    start, length = trials[0]
+    assert states[start - 1].trial_quanta and states[start].rate_local is not None  # right after the local trial
+    assert all(s.block and s.queue_local for s in states[start : start + length])
+    full = max(P.trial_min_quanta, states[first[0]].trial_len)
+    assert length == (P.glance_quanta if block < 1 - P.trial_margin else full)
+    end = states[start + length]
+    assert end.block is kept and not end.block_quanta and end.wall_block is not None
+    cyclic = states[start].wall_local
+    assert (end.wall_block > cyclic * (1 + P.block_margin)) is kept
+    # The global trial follows at once, compared with the pace kept (block's where it won).
+    assert end.global_quanta == 1 and not end.queue_local
+    assert end.wall_local == (end.wall_block if kept else cyclic)
+    g_start, g_len = global_trials(states)[0]
+    assert g_start == start + length
+    back = states[g_start + g_len]
+    assert back.queue_local and back.block is kept and not back.global_faster  # the global queue lost
+    # Kept to the periodic re-measure: placement and queue do not move before it.
+    remeasure = first[0] + P.remeasure_quanta
+    assert all(s.queue_local and s.block is kept for s in states[g_start + g_len : remeasure - 1])
+    # The re-measure's decision starts again in r mod P, and its trials try the block placement again.
+    again = [q for q, _ in decisions(states)[1:]]
+    assert again and not states[again[0]].block
+    assert len(placement_trials(states)) == 2
+
+
+def test_without_the_placement_trial_the_global_trial_follows_the_local_trial() -> None:
+    params = replace(P, block_trial=False)
+    states = drive(lambda q: shares(0.02), 400, params=params, speed=lambda local: HALO, decided=HALO * 0.9,
+                   clock=True, block=2.0)  # fmt: skip
+    assert not placement_trials(states) and not any(s.block for s in states)
+    start, _ = global_trials(states)[0]
+    assert states[start - 1].trial_quanta  # right after the local trial
+
+
+def test_a_global_trial_that_wins_ends_the_block_placement() -> None:
+    """Block kept, and the decided global queue faster still: the job is held there, in r mod P (the
+    placement means nothing on a global queue, and the next local decision starts from r mod P)."""
+    states = drive(lambda q: shares(0.02), 400, speed=lambda local: HALO, decided=HALO * 1.6, clock=True, block=1.3)
+    trials = placement_trials(states)
+    assert trials and states[trials[0][0] + trials[0][1]].block  # kept
+    after = decisions(states)[1:]
+    assert after and after[0][1] is False
+    held = states[after[0][0]]
+    assert held.global_faster and held.hold_global and not held.block
+
+
+def test_a_placement_trial_without_call_counts_ends_in_r_mod_p() -> None:
+    state = replace(LbdState(LBD_DECIDED, local=True, decisions=1), block=True, block_quanta=3, base_user=(0.1, 0.1),
+                    base_calls=100.0, base_wall=1.0, wall_local=1000.0)  # fmt: skip
+    after = lbd_step(state, [], None, P, None)
+    assert not after.block and not after.block_quanta and after.queue_local

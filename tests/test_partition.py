@@ -6,10 +6,12 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
+from vmsched.cpumanager import shm_layout as L
 from vmsched.cpumanager.partition import (
     AdmissionError,
     JobShape,
     assign_cpus,
+    home_cpu,
     minimum_partition,
     partition_sizes,
     plan_partitions,
@@ -103,5 +105,21 @@ def test_rank_mapping_round_robin():
     part = (4, 7, 9)
     assert [rank_cpus(r, part, True) for r in range(5)] == [(4,), (7,), (9,), (4,), (7,)]
     assert rank_cpus(3, part, False) == part
+    # Block placement: consecutive ranks share a CPU.
+    assert [rank_cpus(r, part, True, 5, L.PLACE_BLOCK) for r in range(5)] == [(4,), (4,), (7,), (7,), (9,)]
     with pytest.raises(ValueError):
         minimum_partition(0, 1)
+
+
+@given(st.integers(1, 1024), st.integers(1, 256))
+@settings(max_examples=300)
+def test_block_placement_gives_each_cpu_a_run_of_consecutive_ranks(nranks: int, ncpus: int) -> None:
+    """Every CPU of a folded job gets floor or ceil(N / P) ranks, consecutive, in CPU order; the same counts
+    as r mod P (so a block placement folds no CPU deeper); a rank out of range maps as r mod P would."""
+    assume(ncpus <= nranks)
+    homes = [home_cpu(r, nranks, ncpus, L.PLACE_BLOCK) for r in range(nranks)]
+    assert homes == sorted(homes) and set(homes) == set(range(ncpus))
+    counts = sorted(homes.count(c) for c in range(ncpus))
+    assert counts == sorted([home_cpu(r, nranks, ncpus) for r in range(nranks)].count(c) for c in range(ncpus))
+    assert counts[-1] - counts[0] <= 1
+    assert home_cpu(nranks, nranks, ncpus, L.PLACE_BLOCK) == nranks % ncpus

@@ -77,6 +77,8 @@ class CpuManagerConfig:
     lbd_window_cpu_ms: float = 200.0  # ... and as soon as the ranks' mean CPU time in it reaches this
     lbd_remeasure_quanta: int = 1000  # a job decided local re-measures on the global queue this often
     lbd_global_trial: bool = True  # a kept local trial is followed by one on the decided global queue
+    lbd_placement_trial: bool = True  # ... and before it, by one in a block placement (rank r on CPU r * P / N)
+    lbd_placement_margin: float = 0.15  # ... kept with this much more progress per second than r mod P
     default_queue: str = "lbd"  # lbd | local | global
     # Each job's ranks in a CPU cgroup of their own where the kernel would schedule each as its own
     # autogroup (vmsched/cpumanager/cpugroups.py); needs root and the cgroup cpu controller. Off by
@@ -257,6 +259,8 @@ def load_config(
     cm = cfg.cpumanager
     if cm.lbd_ip_quanta < 1 or cm.lbd_window_cpu_ms <= 0 or cm.lbd_remeasure_quanta < 1:
         raise ConfigError("lbd_ip_quanta and lbd_remeasure_quanta must be >= 1, lbd_window_cpu_ms > 0")
+    if cm.lbd_placement_margin < 0:
+        raise ConfigError("lbd_placement_margin must be >= 0")
     if cfg.cpumanager.default_queue not in ("lbd", "local", "global"):
         raise ConfigError("default_queue must be lbd, local or global")
     if cfg.slurm.max_mpl < 1:

@@ -112,10 +112,11 @@ on local queues even when it is balanced: halo-persist (a stencil that exchanges
 requests, bench/patterns.py), 4 ranks on 2 CPUs, reads IP 0.6-10 % and its local trial keeps local
 queues, yet it ran 1.60 s on the decided global queue against 1.88 s on local queues (2026-11-29); per
 quantum its ranks made 2,800-3,200 MPI calls there and 2,200-2,800 on local queues. So a local trial
-that keeps local queues over `window_calls` calls per rank, with the time of its reads, is followed by a
-global trial as long as it, on the decided global queue. The job keeps that queue only if it made
-`global_margin` (15 %) more calls per second of wall time there than in the local trial, and at least
-`wall_floor` of its calls per CPU second (load that left during the trial does not pass for progress);
+that keeps local queues over `window_calls` calls per rank, with the time of its reads, is followed (after
+its placement trial, below) by a global trial as long as it, on the decided global queue. The job keeps
+that queue only if it made `global_margin` (15 %) more calls per second of wall time there than in the
+local trial (or the placement trial, where that one won), and at least `wall_floor` of its calls per CPU
+second (load that left during the trial does not pass for progress);
 it is then held there until its next periodic re-measure, as a job whose local trial failed twice is
 (`global_faster`), since its re-check windows would read it balanced and take it straight back. Per
 second of wall time, not per CPU second with `trial_margin`: on a full partition the two read alike, and
@@ -134,6 +135,21 @@ global / local 0.64-1.12 in its 24 global trials, and 4 of 30 runs kept the deci
 5 % were small: pipeline 4x2, whose trials read 1.08-1.16, ran 3-5 % faster where one kept the global
 queue; with 15 % the default ran it 1.025x and halo-persist 4x2 1.02x as long as with 5 % (medians of 14
 paired rounds).
+
+Placement trial (ours, 2026-12-04): local queues give rank r of N the CPU r mod P (thesis fig. 3.9), so
+on 2 CPUs both neighbours of every rank of a 1-D stencil are on the other CPU. A block placement (rank r on
+CPU r * P / N: ranks next in order share a CPU) ran halo-persist 4x2 in 0.77-0.90 of the time of r mod P,
+but rings up to 1.3x as long (bench/patterns.py, way `local-block`; docs/vmruntime-journal.md,
+thirty-ninth session). So a local trial that keeps local queues over `window_calls` calls per rank, with
+the time of its reads, is followed by a trial as long in a block placement, before the global trial. The
+job keeps the block placement only if it made `block_margin` (15 %, the global trial's margin, for the
+same noise) more MPI calls per second of wall time than the local trial in r mod P, over `window_calls`
+calls per rank and with `wall_floor` of its calls per CPU second; from `glance_quanta` on, a trial
+`trial_margin` behind per second ends at once (halo-persist 4x2 read 191,000-195,000 calls per second so
+against 149,000-151,000). The pace kept (the block placement's where it won) is then the global trial's
+and the watch's measure. Every decision starts again in r mod P, so a periodic re-measure's trials try the
+block placement again. `lbd_placement_trial = false` in the configuration turns it off. The same call
+counts measure both placements: a program makes the same calls per iteration wherever its ranks run.
 
 Reverse trial (ours): the idleness that the global queue shows is partly its own making, and an
 imbalanced job is not always faster there. A ring of 4 ranks folded 2 per CPU reads IP 9-19 % there in
@@ -285,6 +301,8 @@ class LbdParams:
     global_margin: float = 0.15  # a global trial keeps the decided global queue with this much more progress per second
     watch_quanta: int = 10  # a decided-local job's MPI calls per second are read this often ...
     watch_drop: float = 0.5  # ... and it is re-measured at once when they fall under this share of its trial's
+    block_trial: bool = True  # a job kept on local queues by its trials is tried with a block placement too
+    block_margin: float = 0.15  # ... and keeps it with this much more progress per second
 
 
 @dataclass(frozen=True)
@@ -327,6 +345,9 @@ class LbdState:
     watch_low: bool = False  # that read found the job's progress fallen: the next one low too re-measures it
     fell: bool = False  # the running re-measure began because the job's progress fell (not the periodic one)
     paced: bool = False  # the kept local trial held `window_calls` calls per rank: its pace is the watch's measure
+    block: bool = False  # local queues in a block placement (rank r of N on CPU r * P / N), not r mod P
+    block_quanta: int = 0  # quanta into a placement trial (block placement after the trials kept local queues)
+    wall_block: float | None = None  # MPI calls per second of wall time over the last placement trial
 
     @property
     def queue_local(self) -> bool:
@@ -341,8 +362,9 @@ class LbdState:
             return True
         if self.phase == LBD_DECIDED and self.local and self.trial_quanta:
             return _trial_due(self, params) or _trial_glance(self, params)  # the end of a trial, or its early look
-        if self.phase == LBD_DECIDED and self.global_quanta:
-            return self.global_quanta >= params.glance_quanta  # every quantum: it ends once clearly behind
+        if self.phase == LBD_DECIDED and (self.global_quanta or self.block_quanta):
+            # Every quantum: it ends once clearly behind.
+            return max(self.global_quanta, self.block_quanta) >= params.glance_quanta
         if self.phase == LBD_DECIDED and (self.local or self.hold_global):
             # Local queues: CPU time is no measure of idleness (see the module docstring); read only for the
             # time of the watch reads (module docstring: "Watching a local job").
@@ -429,7 +451,7 @@ def _decide(state: LbdState, ip: float | None, local: bool, times: tuple[float, 
                    against=0, below=0, decisions=state.decisions + 1, since_decision=0, rate_global=rate,
                    rate_local=None, wall_local=None, trial_quanta=1 if trial else 0, trial_base=calls or 0.0,
                    trial_len=quanta, hold_global=False, band=False, unread=False, global_quanta=0,
-                   global_faster=False, watch=None, watch_low=False)  # fmt: skip
+                   global_faster=False, watch=None, watch_low=False, block=False, block_quanta=0)  # fmt: skip
 
 
 def _trial_due(state: LbdState, params: LbdParams) -> bool:
@@ -500,40 +522,93 @@ def _trial(state: LbdState, calls: float, times: Sequence[float] | None, since: 
                             struck=state.struck or not state.reverse)  # fmt: skip
     kept = replace(state, trial_quanta=0, rate_local=rate, wall_local=wall, since_decision=since, reverse=False,
                    band=False, struck=False, paced=enough)  # fmt: skip
-    if params.global_trial and enough and wall is not None:  # (an early look never keeps a trial)
-        # The window's global queue is not the decided one: its ranks yield before they sleep (module
-        # docstring: "Global trial"). Try the decided global queue as long, from this read.
-        return replace(kept, local=False, global_quanta=1, base_user=tuple(times), base_calls=calls, base_idle=idle,
-                       base_wall=now)  # fmt: skip
+    if enough and wall is not None:  # (an early look never keeps a trial)
+        # Try the block placement as long, from this read, then the decided global queue (module docstring:
+        # "Placement trial", "Global trial").
+        if params.block_trial:
+            return _block_start(kept, times, calls, idle, now)
+        return _global_start(kept, times, calls, idle, now, params)
     return kept
+
+
+def _global_start(state: LbdState, times: Sequence[float], calls: float, idle: float | None, now: float | None,
+                  params: LbdParams) -> LbdState:  # fmt: skip
+    """Local queues kept by their trials: the window's global queue is not the decided one (its ranks yield
+    before they sleep: module docstring, "Global trial"), so try the decided global queue as long, from
+    this read."""
+    if not params.global_trial:
+        return state
+    return replace(state, local=False, global_quanta=1, base_user=tuple(times), base_calls=calls, base_idle=idle,
+                   base_wall=now)  # fmt: skip
 
 
 def _global_len(state: LbdState, params: LbdParams) -> int:
     return max(params.trial_min_quanta, state.trial_len)
 
 
-def _global_trial(state: LbdState, calls: float, times: Sequence[float] | None, since: int, params: LbdParams,
-                  idle: float | None, now: float | None) -> LbdState:  # fmt: skip
-    """One quantum of a global trial: keep the decided global queue only if it made `global_margin` more MPI
-    calls per second of wall time than the local trial before it (and `wall_floor` of its calls per CPU
-    second, over `window_calls` calls per rank); from `glance_quanta` on, one `trial_margin` behind it
-    per second is over at once (a ring runs 11x slower there: every quantum of it costs)."""
-    n = state.global_quanta
+Reading = tuple[bool, float | None, float]  # a trial's end: won, its calls per second and per CPU second
+
+
+def _against_local(state: LbdState, n: int, calls: float, times: Sequence[float] | None, params: LbdParams,
+                   margin: float, idle: float | None, now: float | None) -> Reading | None:  # fmt: skip
+    """Quantum `n` of a trial that follows the local trial (of the decided global queue, or of the block
+    placement): None while it goes on - before `glance_quanta`, or short of its length and not
+    `trial_margin` behind the local trial per second; else whether it won (`margin` more MPI calls per
+    second of wall time than the local trial, over `window_calls` calls per rank, with `wall_floor` of its
+    calls per CPU second), its calls per second and per CPU second of the job."""
     if n < params.glance_quanta or times is None or len(times) != len(state.base_user) or now is None:
-        return replace(state, global_quanta=n + 1, since_decision=since)
+        return None
     wall = _per_second(calls, state.base_calls, now, state.base_wall)
     local = state.wall_local or 0.0
     if n < _global_len(state, params) and wall is not None and wall >= local * (1 - params.trial_margin):
-        return replace(state, global_quanta=n + 1, since_decision=since)
+        return None
     cpu = _job_cpu(state, times, idle)
     rate = (calls - (state.base_calls or 0.0)) / cpu if cpu > 0 else 0.0
     per_rank = (calls - (state.base_calls or 0.0)) / len(times)
-    won = (wall is not None and wall > local * (1 + params.global_margin) and per_rank >= params.window_calls
+    won = (wall is not None and wall > local * (1 + margin) and per_rank >= params.window_calls
            and rate >= (state.rate_local or 0.0) * params.wall_floor)  # fmt: skip
+    return won, wall, rate
+
+
+def _global_trial(state: LbdState, calls: float, times: Sequence[float] | None, since: int, params: LbdParams,
+                  idle: float | None, now: float | None) -> LbdState:  # fmt: skip
+    """One quantum of a global trial: keep the decided global queue only if it made `global_margin` more MPI
+    calls per second of wall time than the local trial before it; from `glance_quanta` on, one
+    `trial_margin` behind it per second is over at once (a ring runs 11x slower there: every quantum of it
+    costs)."""
+    read = _against_local(state, state.global_quanta, calls, times, params, params.global_margin, idle, now)
+    if read is None:
+        return replace(state, global_quanta=state.global_quanta + 1, since_decision=since)
+    won, wall, rate = read
     if won:
         return _held_global(state, rate_local=state.rate_local, wall_local=state.wall_local, wall_decided=wall,
                             rate_decided=rate, hold_global=True, global_faster=True)  # fmt: skip
     return replace(state, local=True, global_quanta=0, wall_decided=wall, rate_decided=rate, since_decision=since)
+
+
+def _block_start(state: LbdState, times: Sequence[float], calls: float, idle: float | None,
+                 now: float | None) -> LbdState:  # fmt: skip
+    """Local queues kept by their trial in r mod P: try them in a block placement as long, from this read
+    (module docstring: "Placement trial")."""
+    return replace(state, block=True, block_quanta=1, base_user=tuple(times), base_calls=calls, base_idle=idle,
+                   base_wall=now)  # fmt: skip
+
+
+def _block_trial(state: LbdState, calls: float, times: Sequence[float] | None, since: int, params: LbdParams,
+                 idle: float | None, now: float | None) -> LbdState:  # fmt: skip
+    """One quantum of a placement trial: keep the block placement only if it made `block_margin` more MPI
+    calls per second of wall time than the local trial in r mod P; from `glance_quanta` on, one
+    `trial_margin` behind it per second is over at once (a ring 4x2 runs 1.5-1.9x slower so). Then the
+    global trial, from this read."""
+    read = _against_local(state, state.block_quanta, calls, times, params, params.block_margin, idle, now)
+    if read is None:
+        return replace(state, block_quanta=state.block_quanta + 1, since_decision=since)
+    won, wall, rate = read
+    if won:  # its pace is the watch's and the global trial's measure from now on
+        done = replace(state, block_quanta=0, wall_block=wall, wall_local=wall, rate_local=rate, since_decision=since)
+    else:
+        done = replace(state, block=False, block_quanta=0, wall_block=wall, since_decision=since)
+    return _global_start(done, times, calls, idle, now, params)  # type: ignore[arg-type]
 
 
 def _watching(state: LbdState, params: LbdParams, since: int) -> bool:
@@ -621,6 +696,10 @@ def lbd_step(
         if calls is None:  # no counts to judge it by: the local queues its trial kept
             return replace(state, local=True, global_quanta=0, since_decision=since)
         return _global_trial(state, calls, user_times, since, params, idle, now)
+    if state.phase == LBD_DECIDED and state.block_quanta:
+        if calls is None:  # no counts to judge it by: r mod P
+            return replace(state, block=False, block_quanta=0, since_decision=since)
+        return _block_trial(state, calls, user_times, since, params, idle, now)
     if state.phase == LBD_DECIDED and (state.local or state.hold_global):
         watched = _watching(state, params, since) and user_times is not None and calls is not None and now is not None
         cpu = job_cpu_now(user_times, idle) if watched else None  # type: ignore[arg-type]

@@ -40,6 +40,7 @@ from vmsched.vmruntime.shmclean import MPICH_PREFIX, mapped_segments, remove_own
 log = logging.getLogger("vm-cpumanager")
 
 QUEUE_MODES = ("lbd", "local", "global")
+PLACEMENTS = {name: code for code, name in L.PLACEMENT_NAMES.items()}
 HEURISTICS = {name: code for code, name in L.HEURISTIC_NAMES.items()}
 MAX_JOB_ID = 2**31 - 1
 MAX_RANKS_PER_JOB = L.MAX_RANKS
@@ -89,7 +90,8 @@ class CpuManager:
                                     stable_quanta=cm.lbd_stable_quanta, ip_quanta=cm.lbd_ip_quanta,
                                     window_cpu_s=cm.lbd_window_cpu_ms / 1000,
                                     remeasure_quanta=cm.lbd_remeasure_quanta,
-                                    global_trial=cm.lbd_global_trial)  # fmt: skip
+                                    global_trial=cm.lbd_global_trial, block_trial=cm.lbd_placement_trial,
+                                    block_margin=cm.lbd_placement_margin)  # fmt: skip
         self.lbd: dict[int, LbdState] = {}
         # job id -> (its CPUs, their idle seconds and the time, when last read; the idle seconds of its CPUs so far)
         self.idle_seen: dict[int, tuple[tuple[int, ...], tuple[float, ...], float, float]] = {}
@@ -131,7 +133,8 @@ class CpuManager:
             if j.lbd_phase in (L.LBD_MEASURING, L.LBD_STABLE):
                 self.lbd[j.job_id] = LbdState()  # measurement restarts
             elif j.lbd_phase == L.LBD_DECIDED:  # decided jobs keep their queue and go on re-checking it
-                self.lbd[j.job_id] = LbdState(L.LBD_DECIDED, j.cvcs, local=j.queue == L.QUEUE_LOCAL, decisions=1)
+                self.lbd[j.job_id] = LbdState(L.LBD_DECIDED, j.cvcs, local=j.queue == L.QUEUE_LOCAL, decisions=1,
+                                              block=j.placement == L.PLACE_BLOCK)  # fmt: skip
             if j.leader_pid and not self.exits.watch(("leader", j.job_id), j.leader_pid):
                 event(log, "leader_gone", job=j.job_id, pid=j.leader_pid, reason="ended while no manager ran")
         with self.table.locked():
@@ -225,6 +228,12 @@ class CpuManager:
             raise ProtocolError("only root may admit a job for another user")
         mode = get_str(msg, "queue", QUEUE_MODES, self.cfg.cpumanager.default_queue)
         heuristic = get_str(msg, "heuristic", tuple(HEURISTICS), L.DEFAULT_HEURISTIC)
+        # Which local queue each rank is in: the detector tries both on a job it decides local (module lbd:
+        # "Placement trial"); fixed only with a fixed queue type.
+        placement = get_str(msg, "placement", ("auto", *PLACEMENTS), "auto")
+        if placement != "auto" and mode == "lbd":
+            raise ProtocolError(f"placement {placement!r} needs a fixed queue (local or global): with lbd the "
+                                "detector chooses it")  # fmt: skip
         if self.table.job_slot(job_id) is not None:
             raise ProtocolError(f"job {job_id} is already admitted")
         if leader and not proc.alive(leader):
@@ -241,7 +250,8 @@ class CpuManager:
         with self.table.locked():
             try:
                 slot = self.table.add_job(job_id, nranks, max_mpl, queue, HEURISTICS[heuristic], spin_us, leader,
-                                          lbd=mode == "lbd", uid=uid, rt_name=seg.name)  # fmt: skip
+                                          lbd=mode == "lbd", uid=uid, rt_name=seg.name,
+                                          placement=PLACEMENTS.get(placement, L.PLACE_CYCLIC))  # fmt: skip
             except TableFull as e:
                 seg.unlink()
                 seg.close()
@@ -254,7 +264,8 @@ class CpuManager:
         if leader:
             self.exits.watch(("leader", job_id), leader)
         self._apply(plan)
-        event(log, "admit", job=job_id, ranks=nranks, max_mpl=max_mpl, queue=mode, cpus=plan[job_id], uid=uid)
+        event(log, "admit", job=job_id, ranks=nranks, max_mpl=max_mpl, queue=mode, placement=placement,
+              cpus=plan[job_id], uid=uid)  # fmt: skip
         return {"job": job_id, "slot": slot, "cpus": list(plan[job_id])}
 
     def set_mpl(self, msg: dict[str, Any]) -> dict[str, Any]:
@@ -378,6 +389,7 @@ class CpuManager:
             jobs.append({
                 "job": j.job_id, "state": j.state, "nranks": j.nranks, "max_mpl": j.max_mpl, "mpl": j.mpl,
                 "cpus": list(j.cpus), "queue": L.QUEUE_NAMES.get(j.queue, "?"),
+                "placement": L.PLACEMENT_NAMES.get(j.placement, "?"),
                 "heuristic": L.HEURISTIC_NAMES.get(j.heuristic, "?"), "lbd": L.LBD_NAMES.get(j.lbd_phase, "?"),
                 "cvcs": round(j.cvcs, 4), "ip": round(j.ip, 4), "uid": j.uid,
                 "suspended": j.suspended, "registered": len(ranks), "leader_pid": j.leader_pid,
@@ -497,14 +509,16 @@ class CpuManager:
         calls = float(snap["mpi_calls"][live].sum()) if state.phase != L.LBD_MEASURING else None
         new = lbd_step(state, switches, user, self.lbd_params, calls, ncpus=len(j.cpus), idle=idle, now=now)
         self.lbd[j.job_id] = new
-        shown = (new.phase, new.cvcs, new.ip, new.queue_local, new.rate_local, new.decisions, new.wall_decided)
+        shown = (new.phase, new.cvcs, new.ip, new.queue_local, new.rate_local, new.decisions, new.wall_decided,
+                 new.block, new.block_quanta)  # fmt: skip
         if shown == (state.phase, state.cvcs, state.ip, state.queue_local, state.rate_local, state.decisions,
-                     state.wall_decided):  # fmt: skip
+                     state.wall_decided, state.block, state.block_quanta):  # fmt: skip
             return
         with self.table.locked():
             self.table.set_lbd(j.slot, new.phase, new.cvcs or 0.0, new.ip)
             if new.decisions:  # until the first decision the job stays on the global queue it started on
                 self.table.set_queue(j.slot, L.QUEUE_LOCAL if new.queue_local else L.QUEUE_GLOBAL)
+                self.table.set_placement(j.slot, L.PLACE_BLOCK if new.block else L.PLACE_CYCLIC)
         if new.decisions > state.decisions:
             event(log, "lbd_decision", job=j.job_id, cvcs=round(new.cvcs or 0, 4), ip=round(new.ip or 0, 4),
                   queue="local" if new.local else "global", decision=new.decisions,
@@ -515,6 +529,10 @@ class CpuManager:
                   calls_per_cpu_s_local=round(new.rate_local or 0, 1), calls_per_s_global=round(new.wall_global or 0),
                   calls_per_s_local=round(new.wall_local or 0), calls_per_cpu_s_decided=round(new.rate_decided or 0, 1),
                   calls_per_s_decided=round(new.wall_decided or 0))  # fmt: skip
+        elif state.block_quanta and not new.block_quanta:  # a placement trial's end (module lbd: "Placement trial")
+            cyclic, block = round(state.wall_local or 0), round(new.wall_block or 0)
+            event(log, "lbd_trial", job=j.job_id, queue="local", placement="block", kept=new.block,
+                  calls_per_s_cyclic=cyclic, calls_per_s_block=block)  # fmt: skip
         elif new.rate_local is not None and new.rate_local != state.rate_local:
             event(log, "lbd_trial", job=j.job_id, queue="local", kept=True,
                   calls_per_cpu_s_global=round(new.rate_global or 0, 1),
@@ -659,7 +677,7 @@ class CpuManager:
         # At MPL 1 every rank has a CPU of its own, whatever the queue type: pin it there, so that two
         # spinning ranks never share a CPU while another one idles.
         own = j.queue == L.QUEUE_LOCAL or len(j.cpus) >= j.nranks
-        target = rank_cpus(t.rank, j.cpus, local_queues=own)
+        target = rank_cpus(t.rank, j.cpus, local_queues=own, nranks=j.nranks, placement=j.placement)
         # The pidfd's check right before the calls: the pid still names the verified process.
         if not target or t.pinned == target or not pidfd_alive(t.pidfd):
             return

@@ -10,6 +10,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from math import ceil
 
+from vmsched.cpumanager import shm_layout as L
+
 
 class AdmissionError(ValueError):
     """The jobs' minimum partitions do not fit in the managed CPUs."""
@@ -131,12 +133,22 @@ def assign_cpus(
     return result
 
 
-def rank_cpus(rank: int, partition: Sequence[int], local_queues: bool) -> tuple[int, ...]:
-    """CPUs a rank may run on: its own CPU (rank mod P, thesis fig. 3.9) or the whole partition."""
+def home_cpu(rank: int, nranks: int, ncpus: int, placement: int = L.PLACE_CYCLIC) -> int:
+    """Index in the partition of the local queue (CPU) of `rank` of `nranks` on `ncpus` CPUs: rank mod P
+    (cyclic, thesis fig. 3.9), or rank * P / N (block: ranks next in order share a CPU, and each CPU
+    gets floor or ceil of N / P of them). libvmrt.c's home() is the same rule."""
+    if placement == L.PLACE_BLOCK and 0 <= rank < nranks:
+        return rank * ncpus // nranks
+    return rank % ncpus
+
+
+def rank_cpus(rank: int, partition: Sequence[int], local_queues: bool, nranks: int = 0,
+              placement: int = L.PLACE_CYCLIC) -> tuple[int, ...]:  # fmt: skip
+    """CPUs a rank may run on: its own CPU (its local queue: `home_cpu`) or the whole partition."""
     if not partition:
         return ()
     if local_queues:
-        return (partition[rank % len(partition)],)
+        return (partition[home_cpu(rank, nranks, len(partition), placement)],)
     return tuple(partition)
 
 

@@ -21,7 +21,7 @@ import ctypes as C
 
 MAGIC = 0x564D53434845444D  # "VMSCHEDM"
 JOB_MAGIC = 0x564D534A4F425254  # "VMSJOBRT"
-VERSION = 8
+VERSION = 9
 
 MAX_CPUS = 256  # CPUs in the CPU table (and in one partition)
 MAX_JOBS = 256
@@ -56,6 +56,10 @@ WAKE_MS = 100  # a sleeping rank re-checks the manager, its job and dead token h
 JOB_FREE, JOB_ADMITTED, JOB_RUNNING, JOB_ENDING = 0, 1, 2, 3
 # job.queue
 QUEUE_LOCAL, QUEUE_GLOBAL = 0, 1
+# job.placement: which local queue rank r of N is in, on P CPUs: r mod P (cyclic, thesis fig. 3.9) or
+# r * P / N (block: neighbours in rank order share a CPU). Partition.home_cpu is the one rule; libvmrt.c's
+# home() the same in C.
+PLACE_CYCLIC, PLACE_BLOCK = 0, 1
 # job.lbd_phase
 LBD_OFF, LBD_MEASURING, LBD_STABLE, LBD_DECIDED = 0, 1, 2, 3
 # job.heuristic (global queue: which rank gets a released token, thesis §4.3.1; "progress" first
@@ -71,6 +75,7 @@ RFLAG_SCHEDULED = 4  # its runtime has entered the token protocol (a hint among 
 WAIT_OPAQUE, WAIT_RECV, WAIT_SEND = 0, 1, 2
 
 QUEUE_NAMES = {QUEUE_LOCAL: "local", QUEUE_GLOBAL: "global"}
+PLACEMENT_NAMES = {PLACE_CYCLIC: "cyclic", PLACE_BLOCK: "block"}
 LBD_NAMES = {LBD_OFF: "off", LBD_MEASURING: "measuring", LBD_STABLE: "stable", LBD_DECIDED: "decided"}
 HEURISTIC_NAMES = {
     HEUR_SENDER: "sender",
@@ -118,8 +123,9 @@ class JobEntry(C.Structure):
         ("queue", C.c_uint32),
         ("heuristic", C.c_uint32),
         ("spin_us", C.c_uint32),
-        ("generation", C.c_uint32),  # bumped when partition or queue type change
+        ("generation", C.c_uint32),  # bumped when partition, queue type or placement change
         ("ncpus", C.c_int32),  # partition size P
+        ("placement", C.c_uint32),  # PLACE_*: which local queue (CPU) each rank is in
         ("leader_pid", C.c_int32),  # mpiexec (or other) process whose exit ends the job, 0 none
         ("registered", C.c_int32),  # ranks the manager has verified so far
         ("suspended", C.c_uint32),
@@ -129,7 +135,7 @@ class JobEntry(C.Structure):
         ("cvcs", C.c_double),
         ("ip", C.c_double),
         ("rt_name", C.c_char * NAME_LEN),  # the job segment's POSIX shm name
-        ("cpus", C.c_int16 * MAX_CPUS),  # the partition, in mapping order (rank r -> cpus[r % P])
+        ("cpus", C.c_int16 * MAX_CPUS),  # the partition, in mapping order (rank r -> cpus[home(r)])
     ]
 
 
@@ -270,6 +276,7 @@ def c_header() -> str:
     consts = {
         "JOB_FREE": JOB_FREE, "JOB_ADMITTED": JOB_ADMITTED, "JOB_RUNNING": JOB_RUNNING,
         "JOB_ENDING": JOB_ENDING, "QUEUE_LOCAL": QUEUE_LOCAL, "QUEUE_GLOBAL": QUEUE_GLOBAL,
+        "PLACE_CYCLIC": PLACE_CYCLIC, "PLACE_BLOCK": PLACE_BLOCK,
         "HEUR_SENDER": HEUR_SENDER, "HEUR_UNCONSUMED": HEUR_UNCONSUMED, "HEUR_AFFINITY": HEUR_AFFINITY,
         "HEUR_RR": HEUR_RR, "HEUR_PROGRESS": HEUR_PROGRESS, "RANK_FREE": RANK_FREE, "RANK_RUNNING": RANK_RUNNING,
         "RANK_WAITING": RANK_WAITING, "RANK_DONE": RANK_DONE, "RFLAG_EXTERNAL": RFLAG_EXTERNAL,

@@ -28,7 +28,9 @@ def render(st: dict[str, Any], console: Console) -> None:
     for j in st["jobs"]:
         t.add_row(
             str(j["job"]), str(j["nranks"]), str(j["max_mpl"]), str(j["mpl"]), format_cpu_list(j["cpus"]),
-            j["queue"], j["lbd"], f"{j['cvcs']:.3f}", f"{100 * j['ip']:.1f}", str(j["registered"]),
+            # "local, block": local queues with consecutive ranks on a CPU (a manager from before says nothing)
+            j["queue"] + (", block" if j["queue"] == "local" and j.get("placement") == "block" else ""),
+            j["lbd"], f"{j['cvcs']:.3f}", f"{100 * j['ip']:.1f}", str(j["registered"]),
             "suspended" if j["suspended"] else "running",
         )  # fmt: skip
     console.print(t)

@@ -61,6 +61,7 @@ class JobView:
     admit_time: float
     cvcs: float
     ip: float
+    placement: int = L.PLACE_CYCLIC
 
 
 @dataclass(frozen=True)
@@ -82,7 +83,7 @@ def _job_view(slot: int, j: L.JobEntry) -> JobView:
         queue=j.queue, heuristic=j.heuristic, spin_us=j.spin_us, generation=j.generation,
         cpus=tuple(j.cpus[: j.ncpus]), leader_pid=j.leader_pid, registered=j.registered,
         suspended=bool(j.suspended), lbd_phase=j.lbd_phase, uid=j.uid, rt_name=j.rt_name.decode(errors="replace"),
-        admit_time=j.admit_time, cvcs=j.cvcs, ip=j.ip,
+        admit_time=j.admit_time, cvcs=j.cvcs, ip=j.ip, placement=j.placement,
     )  # fmt: skip
 
 
@@ -217,14 +218,15 @@ class SharedTable:
             raise TableError("node table written without its lock")
 
     def add_job(self, job_id: int, nranks: int, max_mpl: int, queue: int, heuristic: int, spin_us: int,
-                leader_pid: int, lbd: bool, uid: int = 0, rt_name: str = "") -> int:  # fmt: skip
+                leader_pid: int, lbd: bool, uid: int = 0, rt_name: str = "",
+                placement: int = L.PLACE_CYCLIC) -> int:  # fmt: skip
         self._check_held()
         for i, j in enumerate(self.seg.jobs):
             if j.state == L.JOB_FREE:
                 C.memset(C.addressof(j), 0, C.sizeof(j))
                 j.job_id, j.nranks, j.max_mpl = job_id, nranks, max_mpl
                 j.queue, j.heuristic, j.spin_us, j.leader_pid = queue, heuristic, spin_us, leader_pid
-                j.uid, j.rt_name = uid, rt_name.encode()
+                j.uid, j.rt_name, j.placement = uid, rt_name.encode(), placement
                 j.lbd_phase = L.LBD_MEASURING if lbd else L.LBD_OFF
                 j.admit_time = time.time()
                 j.state = L.JOB_ADMITTED
@@ -266,10 +268,18 @@ class SharedTable:
         return True
 
     def set_queue(self, slot: int, queue: int) -> None:
+        self._set_scheduling(slot, "queue", queue)
+
+    def set_placement(self, slot: int, placement: int) -> None:
+        self._set_scheduling(slot, "placement", placement)
+
+    def _set_scheduling(self, slot: int, field: str, value: int) -> None:
+        """Write how a job's ranks are scheduled (queue type, placement); a change moves its generation,
+        so that its ranks rebuild their tokens and re-pin."""
         self._check_held()
         j = self.seg.jobs[slot]
-        if j.queue != queue:
-            j.queue = queue
+        if getattr(j, field) != value:
+            setattr(j, field, value)
             j.generation += 1
             self._bump()
 

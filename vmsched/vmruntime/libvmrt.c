@@ -342,6 +342,32 @@ static int ntokens(void) {
     return p < 0 ? 0 : (p > VM_MAX_CPUS ? VM_MAX_CPUS : p);
 }
 
+/* Local queue t's ranks under placement `pl` (job.placement, read once by the caller: the manager may
+ * change it under us; the next generation rebuilds the tokens): their first, the stride between them, and
+ * how many. Cyclic: t, t+P, t+2P, ... (thesis fig. 3.9); block: ranks t*N/P (rounded up) onward, one
+ * after the other. partition.home_cpu in Python is the same rule. */
+static int queue_span(int t, int p, uint32_t pl, int *first, int *stride) {
+    int64_t n = vm.nranks;
+    if (p <= 0 || t < 0 || t >= p) return 0;
+    if (pl == VM_PLACE_BLOCK) {
+        int64_t lo = ((int64_t)t * n + p - 1) / p, hi = ((int64_t)(t + 1) * n + p - 1) / p;
+        *first = (int)lo, *stride = 1;
+        return hi > lo ? (int)(hi - lo) : 0;
+    }
+    *first = t, *stride = p;
+    return t < n ? (int)((n - 1 - t) / p + 1) : 0;
+}
+
+static uint32_t placement(void) { return __atomic_load_n(&vm.job->placement, __ATOMIC_ACQUIRE); }
+
+/* The local queue (CPU index in the partition) of rank r: r mod P, or r * P / N under block placement. */
+static int home_of(int r, int p, uint32_t pl) {
+    if (pl == VM_PLACE_BLOCK && r >= 0 && r < vm.nranks) return (int)((int64_t)r * p / vm.nranks);
+    return r % p;
+}
+
+static int home(int r, int p) { return home_of(r, p, placement()); }
+
 static void grant(int t, int r) {
     vm_rank *e = rank_entry(r);
     if (!e) { /* it vanished: the token stays free for the next waiter */
@@ -456,7 +482,7 @@ static int keep_from_stale(int c) {
     return c;
 }
 
-/* Round robin among the waiting ranks of local queue t (ranks t, t+P, t+2P, ...), starting after
+/* Round robin among the waiting ranks of local queue t (queue_span: ranks t, t+P, t+2P, ...), starting after
  * rank `after` (from the queue's head when after < 0), never `exclude`; passing over the starved ones
  * while another may go on. Plain round robin walked against a ring that sends to r - 1 (4 ranks on one
  * CPU: each hop woke the two ranks behind it in vain) and through the children of a reduction tree that
@@ -469,12 +495,15 @@ static int keep_from_stale(int c) {
  * inter-communicator, from another node) leaves its receiver looking starved, and queue-mates waiting in a
  * collective for it passed the token between them for good (tests/c/uncounted.c). */
 static int next_local(int t, int after, int exclude, int pass_starved) {
-    int p = ntokens();
-    if (p <= 0 || t >= vm.nranks) return -1;
-    int m = (vm.nranks - 1 - t) / p + 1, idx = (after >= 0 && after % p == t) ? (after - t) / p : -1;
+    int p = ntokens(), f = 0, s = 1;
+    uint32_t pl = placement();
+    int m = queue_span(t, p, pl, &f, &s);
+    if (m <= 0) return -1;
+    int idx = (after >= 0 && after < vm.nranks && home_of(after, p, pl) == t) ? (after - f) / s : -1;
+    if (idx < 0 || idx >= m) idx = -1;
     int first = -1;
     for (int i = 1; i <= m; i++) {
-        int c = t + ((idx + i) % m) * p;
+        int c = f + ((idx + i) % m) * s;
         if (c == exclude || !is_waiting(c)) continue;
         if (!pass_starved || !(is_starved(c) || passed_over(c))) return c;
         if (first < 0) first = c;
@@ -538,8 +567,10 @@ static int next_unconsumed(int exclude) {
 
 /* Local queue t: whether it has waiting ranks other than `me` and all of them wait by yielding. */
 static int mates_all_yield(int t, int me) {
-    int p = ntokens(), seen = 0;
-    for (int c = t; p > 0 && c < vm.nranks; c += p) {
+    int p = ntokens(), seen = 0, f = 0, s = 1;
+    int m = queue_span(t, p, placement(), &f, &s);
+    for (int i = 0; i < m; i++) {
+        int c = f + i * s;
         if (c == me || !is_waiting(c)) continue;
         if (__atomic_load_n(&rank_entry(c)->wake, __ATOMIC_ACQUIRE) != VM_WAKE_YIELD) return 0;
         seen = 1;
@@ -562,8 +593,10 @@ static int another_runs(int t) {
  * token): the holder of t, with nobody waiting, frees t and sleeps rather than poll on beside it, taking
  * half the CPU (or nearly all of it from a borrower at a low priority, VMRT_BORROW_NICE). */
 static int borrower_runs(int t) {
-    int p = ntokens(), local = vm.job->queue == VM_QUEUE_LOCAL;
-    for (int r = local && p > 0 ? t : 0; r < vm.nranks; r += local && p > 0 ? p : 1) {
+    int p = ntokens(), local = vm.job->queue == VM_QUEUE_LOCAL && p > 0;
+    uint32_t pl = placement();
+    for (int r = 0; r < vm.nranks; r++) {
+        if (local && home_of(r, p, pl) != t) continue;
         vm_rank *e = r != vm.rank ? rank_entry(r) : NULL;
         if (e && __atomic_load_n(&e->state, __ATOMIC_ACQUIRE) == VM_RANK_RUNNING && e->has_token == 0) return 1;
     }
@@ -644,7 +677,7 @@ static int take_free(void) {
     int p = ntokens();
     if (vm.me->has_token) return 1;
     if (vm.job->queue == VM_QUEUE_LOCAL) {
-        int t = p > 0 ? vm.rank % p : -1;
+        int t = p > 0 ? home(vm.rank, p) : -1;
         if (t >= 0 && vm.rt->rt.holder[t] < 0) {
             grant(t, vm.rank);
             count_free();
@@ -684,6 +717,7 @@ static void reclaim_dead(void) {
 static void rebuild(void) {
     uint32_t gen = __atomic_load_n(&vm.job->generation, __ATOMIC_ACQUIRE);
     int p = ntokens(), local = vm.job->queue == VM_QUEUE_LOCAL;
+    uint32_t pl = placement();
     for (int t = 0; t < VM_MAX_CPUS; t++) vm.rt->rt.holder[t] = -1;
     /* The ranks pin themselves to the new partition, and the manager re-pins them: no pin is known. */
     for (int r = 0; r < vm.nranks; r++) {
@@ -696,7 +730,8 @@ static void rebuild(void) {
         int keep = -1;
         if (p > 0 && !pid_dead(e->pid)) {
             if (local) {
-                keep = vm.rt->rt.holder[r % p] < 0 ? r % p : -1;
+                int h = home_of(r, p, pl);
+                keep = vm.rt->rt.holder[h] < 0 ? h : -1;
             } else {
                 int old = (int)e->has_token - 1;
                 if (old < p && vm.rt->rt.holder[old] < 0) keep = old;
@@ -800,7 +835,7 @@ void vm_generation_changed(void) {
         return;
     }
     if (vm.job->queue == VM_QUEUE_LOCAL || p >= n) /* local queue, or MPL 1: a CPU of its own */
-        pin_to(&vm.job->cpus[vm.rank % p], 1);
+        pin_to(&vm.job->cpus[home(vm.rank, p)], 1);
     else
         pin_to(vm.job->cpus, p);
     vm.me->pinned_to = 0; /* to the token's CPU again at its next grant (global queue) */
@@ -827,7 +862,7 @@ static int holder_stuck(void) {
     } seen[VM_MAX_CPUS];
     int p = ntokens(), local = vm.job->queue == VM_QUEUE_LOCAL, stuck = 0;
     int64_t now = now_ns();
-    for (int t = local && p > 0 ? vm.rank % p : 0; t < p; t++) {
+    for (int t = local && p > 0 ? home(vm.rank, p) : 0; t < p; t++) {
         int h = vm.rt->rt.holder[t];
         vm_rank *e = h != vm.rank ? rank_entry(h) : NULL;
         uint64_t calls = e ? __atomic_load_n(&e->mpi_calls, __ATOMIC_RELAXED) : 0;
@@ -939,7 +974,7 @@ static void yield_wait(void) {
         int p = ntokens();
         /* Take a free token of our queue only if we may go on: our message has arrived, or the counters
          * cannot tell (a collective, a poll, a send); otherwise the queue-mate whose message has arrived runs. */
-        int mine = p > 0 && vm.job->queue == VM_QUEUE_LOCAL && vm.rt->rt.holder[vm.rank % p] < 0 && !starved(vm.me);
+        int mine = p > 0 && vm.job->queue == VM_QUEUE_LOCAL && vm.rt->rt.holder[home(vm.rank, p)] < 0 && !starved(vm.me);
         if (vm.job->queue != VM_QUEUE_LOCAL && !starved(vm.me)) /* global: any free token */
             mine = __atomic_load_n(&vm.rt->rt.rt_tokens_free, __ATOMIC_ACQUIRE) > 0;
         if (mine || __atomic_load_n(&vm.job->generation, __ATOMIC_ACQUIRE) != vm.rt->rt.rt_generation) {

@@ -169,7 +169,7 @@ def unwind_on_sigterm() -> None:
 
 def vmrun_cmd(state_dir: Path, nranks: int, max_mpl: int, command: list[str], queue: str | None = None,
               heuristic: str | None = None, job_id: int | None = None,
-              spin_us: int | None = None) -> list[str]:  # fmt: skip
+              spin_us: int | None = None, placement: str | None = None) -> list[str]:  # fmt: skip
     cmd = [PY, "-m", "vmsched.vmruntime.vmrun", "--state-dir", str(state_dir), "-n", str(nranks),
            "--max-mpl", str(max_mpl)]  # fmt: skip
     if queue:
@@ -180,6 +180,8 @@ def vmrun_cmd(state_dir: Path, nranks: int, max_mpl: int, command: list[str], qu
         cmd += ["--job-id", str(job_id)]
     if spin_us is not None:
         cmd += ["--spin-us", str(spin_us)]
+    if placement:
+        cmd += ["--placement", placement]
     return [*cmd, "--", *command]
 
 
@@ -190,8 +192,9 @@ _STAMP = r"^(?:(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}) )?"
 def lbd_decisions(log_text: str, job_id: int) -> str:
     """The detector's decisions for one job, first to last, from the CPU manager's log (its `lbd_decision`
     events), each with its time since the job was admitted: `local (idleness, IP 4.7 %, 0.21 s) > global
-    (local_slower, IP 27.7 %, 0.32 s)`, then `; settled 0.35 s`: the last event that moved the job between
-    queues (a decision or a lost global trial), where the job spent the time before on the global queue
+    (local_slower, IP 27.7 %, 0.32 s)`, `> block (0.52 s)` where a placement trial kept a block placement,
+    then `; settled 0.55 s`: the last event that moved the job between queues or placements (a decision, a
+    lost global trial, the end of a placement trial), where the job spent the time before on the global queue
     or trying. Without time stamps, the decisions alone; `undecided` if none. The benchmarks print them
     beside a default run: one slower than a fixed queue is the detector's doing, and the settling time
     bounds what measuring cost it."""
@@ -209,7 +212,11 @@ def lbd_decisions(log_text: str, job_id: int) -> str:
     text = " > ".join(f"{queue} ({why}, IP {100 * float(ip):.1f} %{', ' + since(at) if since(at) else ''})"
                       for at, ip, queue, why in hits)  # fmt: skip
     lost = re.findall(rf"{_STAMP}.*action=lbd_trial job={job_id} queue=global kept=false", log_text, re.M)
-    settled = since(max([hits[-1][0], *lost]))  # (ISO stamps sort as the times they name)
+    # Placement trials (module lbd: "Placement trial"): one kept shows as `> block`; either moved the ranks.
+    placed = re.findall(rf"{_STAMP}.*action=lbd_trial job={job_id} queue=local placement=block kept=(\w+)",
+                        log_text, re.M)  # fmt: skip
+    text += "".join(f" > block{' (' + since(at) + ')' if since(at) else ''}" for at, kept in placed if kept == "true")
+    settled = since(max([hits[-1][0], *lost, *(at for at, _ in placed)]))  # (ISO stamps sort as the times they name)
     return f"{text}; settled {settled}" if settled else text
 
 

@@ -1,6 +1,7 @@
 """`vmrun`: run one MPI job under the CPU manager with the runtime preloaded into every rank.
 
-    vmrun -n 8 --max-mpl 4 [--queue lbd|local|global] [--heuristic sender] [--spin-us 0]
+    vmrun -n 8 --max-mpl 4 [--queue lbd|local|global] [--placement auto|cyclic|block] [--heuristic sender]
+          [--spin-us 0]
           [--job-id N] [--state-dir D] -- <command...>
 
 Admits the job (vmrun's own pid is the job's leader: if vmrun dies the manager releases the job),
@@ -77,6 +78,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("-n", "--nranks", type=int, required=True, help="number of ranks")
     p.add_argument("--max-mpl", type=int, default=1, help="how far the job may be folded (default 1)")
     p.add_argument("--queue", choices=("lbd", "local", "global"), help="queue type (default: manager's, lbd)")
+    p.add_argument("--placement", choices=("auto", "cyclic", "block"), default="auto",
+                   help="which CPU of a local queue each rank is on: rank mod P (cyclic), rank * P / N "
+                        "(block), or auto: cyclic, and with --queue lbd the one its trial runs faster "
+                        "(default %(default)s)")  # fmt: skip
     p.add_argument("--heuristic", choices=tuple(HEURISTIC_NAMES.values()), default=DEFAULT_HEURISTIC,
                    help="next-rank heuristic of the global queue (default %(default)s)")  # fmt: skip
     p.add_argument("--spin-us", type=int, default=0, help="spin this long before blocking (default 0)")
@@ -119,6 +124,8 @@ def main(argv: list[str] | None = None) -> int:
     opts: dict[str, object] = {"heuristic": args.heuristic, "spin_us": args.spin_us, "leader_pid": os.getpid()}
     if args.queue:
         opts["queue"] = args.queue
+    if args.placement != "auto":
+        opts["placement"] = args.placement
     try:
         with CpuManagerClient(cfg) as client:
             client.admit(job_id, args.nranks, args.max_mpl, **opts)
