@@ -135,10 +135,15 @@ def test_lbd_decisions_read_the_log_files_lines():
         decision(1.054, 9004, "local", "idleness"), decision(1.154, 9004, "global", "local_slower"),
         decision(1.2, 9005, "global", "idleness"), decision(1.454, 9004, "local", "idleness"),
         line(1.575, action="lbd_trial", job=9004, queue="global", kept=False),
+        line(0.9, action="admit", job=9007, ranks=4), decision(1.2, 9007, "local", "idleness"),
+        line(1.5, action="lbd_trial", job=9007, queue="local", placement="block", kept=True, calls_per_s_cyclic=100,
+             calls_per_s_block=130),
     ])  # fmt: skip
     assert lbd_decisions(log, 9004) == ("local (idleness, IP 2.2 %, 0.20 s) > global (local_slower, IP 2.2 %, 0.30 s)"
                                         " > local (idleness, IP 2.2 %, 0.60 s); settled 0.72 s")  # fmt: skip
     assert lbd_decisions(log, 9005) == "global (idleness, IP 2.2 %, 0.30 s); settled 0.30 s"
     assert lbd_decisions(log, 9006) == "undecided"
+    # A kept placement trial (module lbd: "Placement trial") shows, and moves the settling time.
+    assert lbd_decisions(log, 9007) == "local (idleness, IP 2.2 %, 0.30 s) > block (0.60 s); settled 0.60 s"
     bare = "\n".join(x.split(" ", 1)[1] for x in log.splitlines())  # a journal's lines: no time stamps
     assert lbd_decisions(bare, 9005) == "global (idleness, IP 2.2 %)"
