@@ -17,7 +17,7 @@ import pytest
 
 from vmsched.cpumanager.shm_layout import JOB_SHM_PREFIXES
 from vmsched.vmruntime.shmclean import unmapped
-from vmsched.vmruntime.testing import DaemonLeak, Manager
+from vmsched.vmruntime.testing import DaemonLeak, Manager, compile_c_program
 
 BIN = Path(sys.executable).parent
 REPO = Path(__file__).resolve().parents[1]
@@ -87,6 +87,12 @@ class CpuManagerProcess(Manager):
             return super().stop(sig, timeout) or 0
         except DaemonLeak as e:
             pytest.fail(str(e))
+
+
+@pytest.fixture(scope="session")
+def patterns(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """bench/patterns/patterns.c, compiled once: plain MPI programs written without vmsched in mind."""
+    return compile_c_program(REPO / "bench" / "patterns" / "patterns.c", tmp_path_factory.mktemp("patterns"))
 
 
 @pytest.fixture

@@ -11,17 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO
 from vmsched.cpumanager.shm_layout import DEFAULT_HEURISTIC
 from vmsched.vmruntime import build
-from vmsched.vmruntime.testing import Manager, compile_c_program, mpiexec, read_stats, vmrun_cmd
+from vmsched.vmruntime.testing import Manager, mpiexec, read_stats, vmrun_cmd
 
 LAPS, RANKS = 2000, 4
-
-
-@pytest.fixture(scope="module")
-def patterns(tmp_path_factory) -> Path:
-    return compile_c_program(REPO / "bench" / "patterns" / "patterns.c", tmp_path_factory.mktemp("patterns"))
 
 
 def switches_per_rank_lap(patterns: Path, tmp_path: Path, pattern: str, heuristic: str | None) -> float:

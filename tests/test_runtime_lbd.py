@@ -17,9 +17,7 @@ from pathlib import Path
 import pytest
 
 from vmsched.cpumanager.lbd import LbdParams
-from vmsched.vmruntime.testing import Manager, compile_c_program, vmrun_cmd
-
-PATTERNS_C = Path(__file__).resolve().parents[1] / "bench" / "patterns" / "patterns.c"
+from vmsched.vmruntime.testing import Manager, vmrun_cmd
 
 
 def send_cmd(variant: str, seconds: float, heavy_s: str | None = None) -> list[str]:
@@ -170,12 +168,6 @@ def test_lbd_decides_again_when_an_imbalance_starts(remeasuring_manager: Manager
     assert (q1, q2, why2) == ("local", "global", "local_slower") and ip1 == ip2, why_
     assert (why1 == "reverse_trial" and ip1 >= 0.10) or (why1 in ("idleness", "band_trial") and ip1 < 0.10), why_
     assert [j for j in seen if j["lbd"] == "decided"][-1]["queue"] == "global"
-
-
-@pytest.fixture(scope="module")
-def patterns(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """bench/patterns/patterns.c: plain MPI, written without vmsched in mind."""
-    return compile_c_program(PATTERNS_C, tmp_path_factory.mktemp("patterns"))
 
 
 def past_one_misread(decisions: list[tuple[str, float, str]]) -> list[tuple[str, float, str]]:

@@ -2,7 +2,7 @@
 0..N/P-1 on its first CPU (r * P / N), with r mod P otherwise (thesis fig. 3.9), the same result either
 way; the detector tries the block placement on a job it keeps on local queues, and the job's entry (the
 status view) follows its trial. The rule itself: tests/test_lbd.py ("placement trial"); its gains:
-bench/patterns.py (way `local-block`)."""
+bench/patterns.py (way `local-block`). `patterns` (tests/conftest.py): bench/patterns/patterns.c, compiled."""
 
 from __future__ import annotations
 
@@ -18,15 +18,7 @@ import pytest
 from vmsched.cpumanager import shm_layout as L
 from vmsched.cpumanager.partition import home_cpu
 from vmsched.protocol import ProtocolError
-from vmsched.vmruntime.testing import Manager, compile_c_program, end_job, mpiexec, vmrun_cmd
-
-PATTERNS_C = Path(__file__).resolve().parents[1] / "bench" / "patterns" / "patterns.c"
-
-
-@pytest.fixture(scope="module")
-def patterns(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """bench/patterns/patterns.c: plain MPI, written without vmsched in mind."""
-    return compile_c_program(PATTERNS_C, tmp_path_factory.mktemp("patterns"))
+from vmsched.vmruntime.testing import Manager, end_job, mpiexec, vmrun_cmd
 
 
 def rank_of(pid: int) -> int | None:

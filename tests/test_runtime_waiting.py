@@ -33,11 +33,6 @@ from vmsched.vmruntime.testing import (
 
 
 @pytest.fixture(scope="module")
-def patterns(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return compile_c_program(REPO / "bench" / "patterns" / "patterns.c", tmp_path_factory.mktemp("patterns"))
-
-
-@pytest.fixture(scope="module")
 def manager() -> Iterator[Manager]:
     with Manager(cpus="0") as m:
         yield m

@@ -136,7 +136,7 @@ def assign_cpus(
 def home_cpu(rank: int, nranks: int, ncpus: int, placement: int = L.PLACE_CYCLIC) -> int:
     """Index in the partition of the local queue (CPU) of `rank` of `nranks` on `ncpus` CPUs: rank mod P
     (cyclic, thesis fig. 3.9), or rank * P / N (block: ranks next in order share a CPU, and each CPU
-    gets floor or ceil of N / P of them). libvmrt.c's home() is the same rule."""
+    gets floor or ceil of N / P of them). libvmrt.c's home_of() is the same rule."""
     if placement == L.PLACE_BLOCK and 0 <= rank < nranks:
         return rank * ncpus // nranks
     return rank % ncpus

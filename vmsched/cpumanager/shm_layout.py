@@ -57,8 +57,8 @@ JOB_FREE, JOB_ADMITTED, JOB_RUNNING, JOB_ENDING = 0, 1, 2, 3
 # job.queue
 QUEUE_LOCAL, QUEUE_GLOBAL = 0, 1
 # job.placement: which local queue rank r of N is in, on P CPUs: r mod P (cyclic, thesis fig. 3.9) or
-# r * P / N (block: neighbours in rank order share a CPU). Partition.home_cpu is the one rule; libvmrt.c's
-# home() the same in C.
+# r * P / N (block: neighbours in rank order share a CPU). partition.home_cpu is the one rule; libvmrt.c's
+# home_of() the same in C.
 PLACE_CYCLIC, PLACE_BLOCK = 0, 1
 # job.lbd_phase
 LBD_OFF, LBD_MEASURING, LBD_STABLE, LBD_DECIDED = 0, 1, 2, 3

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from vmsched.config import Config, ConfigError, load_config
 from vmsched.cpumanager.client import CpuManagerClient
-from vmsched.cpumanager.shm_layout import DEFAULT_HEURISTIC, HEURISTIC_NAMES
+from vmsched.cpumanager.shm_layout import DEFAULT_HEURISTIC, HEURISTIC_NAMES, PLACEMENT_NAMES
 from vmsched.protocol import DaemonUnavailable, ProtocolError
 from vmsched.vmruntime.build import BuildError, library_path
 from vmsched.vmruntime.supervisor import allow_priority_back, supervise
@@ -78,7 +78,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("-n", "--nranks", type=int, required=True, help="number of ranks")
     p.add_argument("--max-mpl", type=int, default=1, help="how far the job may be folded (default 1)")
     p.add_argument("--queue", choices=("lbd", "local", "global"), help="queue type (default: manager's, lbd)")
-    p.add_argument("--placement", choices=("auto", "cyclic", "block"), default="auto",
+    p.add_argument("--placement", choices=("auto", *PLACEMENT_NAMES.values()), default="auto",
                    help="which CPU of a local queue each rank is on: rank mod P (cyclic), rank * P / N "
                         "(block), or auto: cyclic, and with --queue lbd the one its trial runs faster "
                         "(default %(default)s)")  # fmt: skip
