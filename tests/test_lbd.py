@@ -778,15 +778,21 @@ def placement_trials(states: list[LbdState]) -> list[tuple[int, int]]:
     return trials_by(states, "block_quanta")
 
 
+def second_looks(states: list[LbdState]) -> list[tuple[int, int]]:
+    return trials_by(states, "block_look")
+
+
 @pytest.mark.parametrize(("block", "kept"), [
     (1.29, True),  # halo-persist 4x2: 195,000 calls per second in a block placement, 151,000 in r mod P
-    (1.10, False),  # not block_margin ahead: to its end, r mod P stays
+    (1.10, True),  # ahead, not clearly: both looks to their end
+    (1.03, False),  # not block_margin ahead: to its end, r mod P stays
     (0.90, False),  # behind, not clearly: to its end as well
     (0.70, False),  # a ring (1.3-1.5x slower so): clearly behind at the first look
 ])  # fmt: skip
 def test_a_kept_local_trial_is_followed_by_a_placement_trial(block: float, kept: bool) -> None:
     """A job kept on local queues by its trial runs as long in a block placement, and keeps it only if it
-    made `block_margin` more calls per second so; the global trial comes after, against the pace kept."""
+    made `block_margin` more calls per second so (and r mod P, looked at again, is no faster); the global
+    trial comes after, against the pace kept."""
     states = drive(lambda q: shares(0.02), P.remeasure_quanta + 200, speed=lambda local: HALO, decided=HALO * 0.9,
                    clock=True, block=block)  # fmt: skip
     first = decisions(states)[0]
@@ -798,15 +804,24 @@ def test_a_kept_local_trial_is_followed_by_a_placement_trial(block: float, kept:
     assert all(s.block and s.queue_local for s in states[start : start + length])
     full = max(P.trial_min_quanta, states[first[0]].trial_len)
     assert length == (P.glance_quanta if block < 1 - P.trial_margin else full)
-    end = states[start + length]
-    assert end.block is kept and not end.block_quanta and end.wall_block is not None
     cyclic = states[start].wall_local
+    if kept:  # won: the second look in r mod P, over at its first look where block leads by over trial_margin
+        look_start, look_len = second_looks(states)[0]
+        assert look_start == start + length
+        assert look_len == (P.glance_quanta if 1 / block < 1 - P.trial_margin else full)
+        assert all(not s.block and s.queue_local for s in states[look_start : look_start + look_len])
+    else:
+        assert not second_looks(states)
+        look_len = 0
+    end = states[start + length + look_len]
+    assert end.block is kept and not end.block_quanta and not end.block_look and end.wall_block is not None
     assert (end.wall_block > cyclic * (1 + P.block_margin)) is kept
+    assert (end.wall_again is not None) is kept and (not kept or end.wall_again < end.wall_block)
     # The global trial follows at once, compared with the pace kept (block's where it won).
     assert end.global_quanta == 1 and not end.queue_local
     assert end.wall_local == (end.wall_block if kept else cyclic)
     g_start, g_len = global_trials(states)[0]
-    assert g_start == start + length
+    assert g_start == start + length + look_len
     back = states[g_start + g_len]
     assert back.queue_local and back.block is kept and not back.global_faster  # the global queue lost
     # Kept to the periodic re-measure: placement and queue do not move before it.
@@ -816,6 +831,32 @@ def test_a_kept_local_trial_is_followed_by_a_placement_trial(block: float, kept:
     again = [q for q, _ in decisions(states)[1:]]
     assert again and not states[again[0]].block
     assert len(placement_trials(states)) == 2
+
+
+@pytest.mark.parametrize(("block", "kept"), [
+    (0.65, False),  # a ring 4x2 whose local trial read r mod P at half its pace: the second look undoes it
+    (0.97, False),  # r mod P a little faster, at the end of a full look
+    (1.10, True),  # ahead, not by trial_margin: kept at the end of a full look
+])  # fmt: skip
+def test_a_block_placement_won_on_a_misread_pace_is_undone_by_the_second_look(block: float, kept: bool) -> None:
+    """A placement trial that begins against a pace of r mod P read at half its worth (a ring's 0.1-s trial
+    on a busy node) wins; the second look reads r mod P again and keeps the block placement unless r mod P
+    is faster now. Where it is, the job goes on in r mod P, at the pace of its second look."""
+    ranks = shares(0.02)
+    pace = HALO * sum(ranks)  # r mod P's MPI calls per second
+    length = 20
+    state = LbdState(LBD_DECIDED, local=True, decisions=1, block=True, block_quanta=1, base_user=(0.0,) * 4,
+                     base_calls=0.0, base_wall=0.0, wall_local=pace / 2, rate_local=HALO / 2, trial_len=length,
+                     paced=True)  # fmt: skip
+    states = drive(lambda q: ranks, 3 * length + 5, state=state, speed=lambda local: HALO, clock=True, block=block)
+    won = states[length - 1]  # (the trial's quantum 1 was the state given)
+    assert won.block_look == 1 and not won.block and won.wall_block == pytest.approx(pace * block, rel=0.02)
+    look_start, look_len = second_looks(states)[0]
+    assert look_start == length - 1 and look_len == length
+    end = states[look_start + look_len]
+    assert end.block is kept and not end.block_look and end.wall_again == pytest.approx(pace, rel=0.02)
+    assert end.wall_local == (end.wall_block if kept else end.wall_again)  # the pace kept
+    assert end.global_quanta == 1  # the global trial follows, against it
 
 
 def test_without_the_placement_trial_the_global_trial_follows_the_local_trial() -> None:
@@ -831,16 +872,18 @@ def test_a_global_trial_that_wins_ends_the_block_placement() -> None:
     """Block kept, and the decided global queue faster still: the job is held there, in r mod P (the
     placement means nothing on a global queue, and the next local decision starts from r mod P)."""
     states = drive(lambda q: shares(0.02), 400, speed=lambda local: HALO, decided=HALO * 1.6, clock=True, block=1.3)
-    trials = placement_trials(states)
-    assert trials and states[trials[0][0] + trials[0][1]].block  # kept
+    looks = second_looks(states)
+    assert placement_trials(states) and looks and states[looks[0][0] + looks[0][1]].block  # kept
     after = decisions(states)[1:]
     assert after and after[0][1] is False
     held = states[after[0][0]]
     assert held.global_faster and held.hold_global and not held.block
 
 
-def test_a_placement_trial_without_call_counts_ends_in_r_mod_p() -> None:
-    state = replace(LbdState(LBD_DECIDED, local=True, decisions=1), block=True, block_quanta=3, base_user=(0.1, 0.1),
-                    base_calls=100.0, base_wall=1.0, wall_local=1000.0)  # fmt: skip
+@pytest.mark.parametrize("look", [False, True])
+def test_a_placement_trial_without_call_counts_ends_in_r_mod_p(look: bool) -> None:
+    state = replace(LbdState(LBD_DECIDED, local=True, decisions=1), block=not look, block_quanta=0 if look else 3,
+                    block_look=3 if look else 0, base_user=(0.1, 0.1), base_calls=100.0, base_wall=1.0,
+                    wall_local=1000.0)  # fmt: skip
     after = lbd_step(state, [], None, P, None)
-    assert not after.block and not after.block_quanta and after.queue_local
+    assert not after.block and not after.block_quanta and not after.block_look and after.queue_local

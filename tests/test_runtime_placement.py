@@ -112,18 +112,22 @@ def test_the_detector_tries_a_block_placement_and_the_table_follows(tmp_path: Pa
         log = m.log_path.read_text()
     lines = [x for x in log.splitlines() if " job=905 " in x and "action=lbd_" in x]
     placed = [k for k, x in enumerate(lines) if "queue=local placement=block" in x]
-    trials = [re.search(r"kept=(\w+) calls_per_s_cyclic=(\d+) calls_per_s_block=(\d+)", lines[k]).groups()  # type: ignore[union-attr]
-              for k in placed]  # fmt: skip
+    trials = [re.search(r"kept=(\w+) calls_per_s_cyclic=(\d+) calls_per_s_block=(\d+)(?: calls_per_s_again=(\d+))?",
+                        lines[k]).groups() for k in placed]  # type: ignore[union-attr]  # fmt: skip
     kept_local = [x for x in lines if "action=lbd_trial job=905 queue=local kept=true" in x]
     if not trial:
         assert not trials and placements == ["cyclic"], lines
         return
     # (A first local trial misread on a loaded node is followed by another: lbd.py, "Two strikes".)
     assert kept_local and trials, lines
-    # Kept only with block_margin (15 %) more calls per second.
-    assert all((kept == "true") == (int(block) > int(cyclic) * 1.15) for kept, cyclic, block in trials), trials
+    # Kept only with block_margin (5 %) more calls per second, and then not undone by r mod P faster at its
+    # second look (which only a trial that block won has).
+    for kept, cyclic, block, again in trials:
+        won = int(block) > int(cyclic) * 1.05
+        assert (again is not None) == won and (kept == "false" or won), trials
+        assert kept == "true" or not won or int(again) >= int(block), trials
     # A kept trial ran to its end (over 10 quanta): the status view showed the block placement meanwhile.
-    if any(kept == "true" for kept, _, _ in trials):
+    if any(kept == "true" for kept, *_ in trials):
         assert placements[:2] == ["cyclic", "block"], (placements, lines)
     # At the end as the last trial decided, unless a decision came after it (it starts again in r mod P).
     decided_after = any("action=lbd_decision" in x for x in lines[placed[-1] + 1 :])

@@ -141,15 +141,24 @@ on 2 CPUs both neighbours of every rank of a 1-D stencil are on the other CPU. A
 CPU r * P / N: ranks next in order share a CPU) ran halo-persist 4x2 in 0.77-0.90 of the time of r mod P,
 but rings up to 1.3x as long (bench/patterns.py, way `local-block`; docs/vmruntime-journal.md,
 thirty-ninth session). So a local trial that keeps local queues over `window_calls` calls per rank, with
-the time of its reads, is followed by a trial as long in a block placement, before the global trial. The
-job keeps the block placement only if it made `block_margin` (15 %, the global trial's margin, for the
-same noise) more MPI calls per second of wall time than the local trial in r mod P, over `window_calls`
-calls per rank and with `wall_floor` of its calls per CPU second; from `glance_quanta` on, a trial
-`trial_margin` behind per second ends at once (halo-persist 4x2 read 191,000-195,000 calls per second so
-against 149,000-151,000). The pace kept (the block placement's where it won) is then the global trial's
-and the watch's measure. Every decision starts again in r mod P, so a periodic re-measure's trials try the
-block placement again. `lbd_placement_trial = false` in the configuration turns it off. The same call
-counts measure both placements: a program makes the same calls per iteration wherever its ranks run.
+the time of its reads, is followed by a trial as long in a block placement, before the global trial. Its
+first look: the block placement must make `block_margin` (5 %) more MPI calls per second of wall time than
+the local trial in r mod P, over `window_calls` calls per rank and with `wall_floor` of its calls per CPU
+second; from `glance_quanta` on, a trial `trial_margin` behind per second ends at once. Then a second look
+in r mod P, as long, before it is kept: the block placement is kept unless r mod P now makes more calls
+per second, and r mod P `trial_margin` behind from `glance_quanta` on keeps it at once (where block is
+clearly the faster, the look costs two quanta in r mod P). Why two looks: one trial of 0.1-0.3 s each
+way is too noisy to choose by. With one look at 15 %, a ring 4x2, 1.5-1.9x slower in a block placement,
+kept it in 2 of 16 runs (its r mod P read low by chance; the job then stays so to its periodic re-measure,
+since the watch compares with the pace kept), while jobs 10-25 % faster so often lost it: halo2d,
+tree and ring-rev 8x2 lost it in 20 of 42 runs, 16 of them read 1.07-1.14x r mod P, whereas the second
+looks of the runs that won read r mod P at 0.41-1.00 of block (29 looks, with halo-persist 4x2's: none
+ahead). The second look undid the one first look that a ring-rev 4x2 won in 42 runs (block 1.17x r mod
+P, then r mod P 1.24x block). The pace kept (the
+block placement's where it won, else the second look's) is then the global trial's and the watch's
+measure. Every decision starts again in r mod P, so a periodic re-measure's trials try the block placement
+again. `lbd_placement_trial = false` in the configuration turns it off. The same call counts measure both
+placements: a program makes the same calls per iteration wherever its ranks run.
 
 Reverse trial (ours): the idleness that the global queue shows is partly its own making, and an
 imbalanced job is not always faster there. A ring of 4 ranks folded 2 per CPU reads IP 9-19 % there in
@@ -302,7 +311,7 @@ class LbdParams:
     watch_quanta: int = 10  # a decided-local job's MPI calls per second are read this often ...
     watch_drop: float = 0.5  # ... and it is re-measured at once when they fall under this share of its trial's
     block_trial: bool = True  # a job kept on local queues by its trials is tried with a block placement too
-    block_margin: float = 0.15  # ... and keeps it with this much more progress per second
+    block_margin: float = 0.05  # ... and keeps it with this much more progress per second (then a second look)
 
 
 @dataclass(frozen=True)
@@ -348,6 +357,9 @@ class LbdState:
     block: bool = False  # local queues in a block placement (rank r of N on CPU r * P / N), not r mod P
     block_quanta: int = 0  # quanta into a placement trial (block placement after the trials kept local queues)
     wall_block: float | None = None  # MPI calls per second of wall time over the last placement trial
+    rate_block: float | None = None  # ... per CPU second of the job
+    block_look: int = 0  # quanta into the second look (r mod P again, after a placement trial that block won)
+    wall_again: float | None = None  # MPI calls per second of wall time in r mod P over the last second look
 
     @property
     def queue_local(self) -> bool:
@@ -362,9 +374,9 @@ class LbdState:
             return True
         if self.phase == LBD_DECIDED and self.local and self.trial_quanta:
             return _trial_due(self, params) or _trial_glance(self, params)  # the end of a trial, or its early look
-        if self.phase == LBD_DECIDED and (self.global_quanta or self.block_quanta):
+        if self.phase == LBD_DECIDED and (self.global_quanta or self.block_quanta or self.block_look):
             # Every quantum: it ends once clearly behind.
-            return max(self.global_quanta, self.block_quanta) >= params.glance_quanta
+            return max(self.global_quanta, self.block_quanta, self.block_look) >= params.glance_quanta
         if self.phase == LBD_DECIDED and (self.local or self.hold_global):
             # Local queues: CPU time is no measure of idleness (see the module docstring); read only for the
             # time of the watch reads (module docstring: "Watching a local job").
@@ -451,7 +463,8 @@ def _decide(state: LbdState, ip: float | None, local: bool, times: tuple[float, 
                    against=0, below=0, decisions=state.decisions + 1, since_decision=0, rate_global=rate,
                    rate_local=None, wall_local=None, trial_quanta=1 if trial else 0, trial_base=calls or 0.0,
                    trial_len=quanta, hold_global=False, band=False, unread=False, global_quanta=0,
-                   global_faster=False, watch=None, watch_low=False, block=False, block_quanta=0)  # fmt: skip
+                   global_faster=False, watch=None, watch_low=False, block=False, block_quanta=0,
+                   block_look=0)  # fmt: skip
 
 
 def _trial_due(state: LbdState, params: LbdParams) -> bool:
@@ -599,15 +612,35 @@ def _block_trial(state: LbdState, calls: float, times: Sequence[float] | None, s
     """One quantum of a placement trial: keep the block placement only if it made `block_margin` more MPI
     calls per second of wall time than the local trial in r mod P; from `glance_quanta` on, one
     `trial_margin` behind it per second is over at once (a ring 4x2 runs 1.5-1.9x slower so). Then the
-    global trial, from this read."""
+    second look where block won, else the global trial, from this read."""
     read = _against_local(state, state.block_quanta, calls, times, params, params.block_margin, idle, now)
     if read is None:
         return replace(state, block_quanta=state.block_quanta + 1, since_decision=since)
     won, wall, rate = read
-    if won:  # its pace is the watch's and the global trial's measure from now on
-        done = replace(state, block_quanta=0, wall_block=wall, wall_local=wall, rate_local=rate, since_decision=since)
-    else:
-        done = replace(state, block=False, block_quanta=0, wall_block=wall, since_decision=since)
+    if won:  # r mod P once more, as long, before it is kept (module docstring: "Placement trial")
+        return replace(state, block=False, block_quanta=0, block_look=1, wall_block=wall, rate_block=rate,
+                       wall_again=None, base_user=tuple(times), base_calls=calls, base_idle=idle, base_wall=now,
+                       since_decision=since)  # type: ignore[arg-type]  # fmt: skip
+    done = replace(state, block=False, block_quanta=0, wall_block=wall, rate_block=rate, wall_again=None,
+                   since_decision=since)  # fmt: skip
+    return _global_start(done, times, calls, idle, now, params)  # type: ignore[arg-type]
+
+
+def _block_look(state: LbdState, calls: float, times: Sequence[float] | None, since: int, params: LbdParams,
+                idle: float | None, now: float | None) -> LbdState:  # fmt: skip
+    """One quantum of the second look: r mod P again, against the block placement's pace. Block is kept
+    unless r mod P now makes more MPI calls per second (a trial of its own with no margin: the first look
+    had one); from `glance_quanta` on, r mod P `trial_margin` behind keeps it at once. Then the global
+    trial, from this read, against the pace kept."""
+    block = replace(state, wall_local=state.wall_block, rate_local=state.rate_block)
+    read = _against_local(block, state.block_look, calls, times, params, 0.0, idle, now)
+    if read is None:
+        return replace(state, block_look=state.block_look + 1, since_decision=since)
+    cyclic_won, wall, rate = read
+    if cyclic_won:  # the first look misread: r mod P, at the pace it has just shown
+        done = replace(state, block_look=0, wall_again=wall, wall_local=wall, rate_local=rate, since_decision=since)
+    else:  # its pace is the watch's and the global trial's measure from now on
+        done = replace(block, block=True, block_look=0, wall_again=wall, since_decision=since)
     return _global_start(done, times, calls, idle, now, params)  # type: ignore[arg-type]
 
 
@@ -696,10 +729,11 @@ def lbd_step(
         if calls is None:  # no counts to judge it by: the local queues its trial kept
             return replace(state, local=True, global_quanta=0, since_decision=since)
         return _global_trial(state, calls, user_times, since, params, idle, now)
-    if state.phase == LBD_DECIDED and state.block_quanta:
+    if state.phase == LBD_DECIDED and (state.block_quanta or state.block_look):
         if calls is None:  # no counts to judge it by: r mod P
-            return replace(state, block=False, block_quanta=0, since_decision=since)
-        return _block_trial(state, calls, user_times, since, params, idle, now)
+            return replace(state, block=False, block_quanta=0, block_look=0, since_decision=since)
+        trial = _block_trial if state.block_quanta else _block_look
+        return trial(state, calls, user_times, since, params, idle, now)
     if state.phase == LBD_DECIDED and (state.local or state.hold_global):
         watched = _watching(state, params, since) and user_times is not None and calls is not None and now is not None
         cpu = job_cpu_now(user_times, idle) if watched else None  # type: ignore[arg-type]
