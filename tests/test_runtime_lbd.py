@@ -249,17 +249,23 @@ def test_a_kept_local_trial_is_followed_by_a_trial_of_the_decided_global_queue(
         assert lost and wall < 0.8 * wall_local, trial  # clearly behind: over at its first look
 
 
-def test_a_local_job_whose_pace_drifts_is_re_measured_at_once(manager: Manager, patterns: Path) -> None:
+def test_a_local_job_whose_pace_drifts_is_re_measured_at_once(tmp_path: Path, patterns: Path) -> None:
     """drift (bench/patterns.c): two halves of the ranks, balanced for the first quarter of the rounds (some
     1 s here), drift apart on local queues. Decided local, the job's watch finds its pace under half its
     trial's, per second and per CPU second, and re-measures it long before its periodic re-measure (30 s
     here; the job runs some 4 s). On this node: first windows at IP 1.3-6.6 %, re-measured 110-130 quanta
     after the local decision, its reads at 0.04-0.05 of its trial's pace (8 runs, 2026-12-03). Drifting
     from the first round, its first window read 11-17 % and it went local only by a reverse trial, which
-    CI once read as failed (local queues already slower), and the job never went local."""
-    seen, decisions = run_watched(manager, 804, [str(patterns), "drift", "100000", "1"], '"ok": true')
-    lines = [x for x in manager.log_path.read_text().splitlines() if " job=804 " in x]
-    why = lbd_lines(manager, 804)
+    CI once read as failed (local queues already slower), and the job never went local. In r mod P (no
+    placement trial): the halves (even and odd ranks) are then one per CPU, and the fast one runs ahead;
+    in a block placement, which its trial kept once in CI at 1.13x (2026-12-04), each CPU holds one rank
+    of each half and the job's pace did not fall under half."""
+    config = tmp_path / "vmsched.toml"
+    config.write_text("[cpumanager]\nlbd_remeasure_quanta = 3000\nlbd_placement_trial = false\n")
+    with Manager(cpus="0-1", extra=("--config", str(config))) as manager:
+        seen, decisions = run_watched(manager, 804, [str(patterns), "drift", "100000", "1"], '"ok": true')
+        lines = [x for x in manager.log_path.read_text().splitlines() if " job=804 " in x]
+        why = lbd_lines(manager, 804)
     assert decisions and decisions[0][0] == "local", why  # balanced at first
     assert any("action=lbd_remeasure job=804 " in x for x in lines), why
     assert_refell_only(lines, 804)  # why=progress_fell, both rates under half the trial's
