@@ -154,11 +154,11 @@ since the watch compares with the pace kept), while jobs 10-25 % faster so often
 tree and ring-rev 8x2 lost it in 20 of 42 runs, 16 of them read 1.07-1.14x r mod P, whereas the second
 looks of the runs that won read r mod P at 0.41-1.00 of block (29 looks, with halo-persist 4x2's: none
 ahead). The second look undid the one first look that a ring-rev 4x2 won in 42 runs (block 1.17x r mod
-P, then r mod P 1.24x block). The pace kept (the
-block placement's where it won, else the second look's) is then the global trial's and the watch's
-measure. Every decision starts again in r mod P, so a periodic re-measure's trials try the block placement
-again. `lbd_placement_trial = false` in the configuration turns it off. The same call counts measure both
-placements: a program makes the same calls per iteration wherever its ranks run.
+P, then r mod P 1.24x block). The pace kept (the block placement's where it won, else the second look's)
+is then the global trial's and the watch's measure. Every decision starts again in r mod P, so a periodic
+re-measure's trials try the block placement again. `lbd_placement_trial = false` in the configuration turns
+it off. The same call counts measure both placements: a program makes the same calls per iteration wherever
+its ranks run.
 
 Reverse trial (ours): the idleness that the global queue shows is partly its own making, and an
 imbalanced job is not always faster there. A ring of 4 ranks folded 2 per CPU reads IP 9-19 % there in
@@ -551,8 +551,14 @@ def _global_start(state: LbdState, times: Sequence[float], calls: float, idle: f
     this read."""
     if not params.global_trial:
         return state
-    return replace(state, local=False, global_quanta=1, base_user=tuple(times), base_calls=calls, base_idle=idle,
-                   base_wall=now)  # fmt: skip
+    return _trial_from(state, times, calls, idle, now, local=False, global_quanta=1)
+
+
+def _trial_from(state: LbdState, times: Sequence[float], calls: float, idle: float | None, now: float | None,
+                **more: object) -> LbdState:  # fmt: skip
+    """A trial that follows another starts at this read (the global trial, the placement trial, its second
+    look): its bases are the ranks' CPU times, their calls, the partition's idle time and the time now."""
+    return replace(state, base_user=tuple(times), base_calls=calls, base_idle=idle, base_wall=now, **more)  # type: ignore[arg-type]
 
 
 def _global_len(state: LbdState, params: LbdParams) -> int:
@@ -603,8 +609,7 @@ def _block_start(state: LbdState, times: Sequence[float], calls: float, idle: fl
                  now: float | None) -> LbdState:  # fmt: skip
     """Local queues kept by their trial in r mod P: try them in a block placement as long, from this read
     (module docstring: "Placement trial")."""
-    return replace(state, block=True, block_quanta=1, base_user=tuple(times), base_calls=calls, base_idle=idle,
-                   base_wall=now)  # fmt: skip
+    return _trial_from(state, times, calls, idle, now, block=True, block_quanta=1)
 
 
 def _block_trial(state: LbdState, calls: float, times: Sequence[float] | None, since: int, params: LbdParams,
@@ -618,9 +623,8 @@ def _block_trial(state: LbdState, calls: float, times: Sequence[float] | None, s
         return replace(state, block_quanta=state.block_quanta + 1, since_decision=since)
     won, wall, rate = read
     if won:  # r mod P once more, as long, before it is kept (module docstring: "Placement trial")
-        return replace(state, block=False, block_quanta=0, block_look=1, wall_block=wall, rate_block=rate,
-                       wall_again=None, base_user=tuple(times), base_calls=calls, base_idle=idle, base_wall=now,
-                       since_decision=since)  # type: ignore[arg-type]  # fmt: skip
+        return _trial_from(state, times, calls, idle, now, block=False, block_quanta=0, block_look=1,  # type: ignore[arg-type]
+                           wall_block=wall, rate_block=rate, wall_again=None, since_decision=since)  # fmt: skip
     done = replace(state, block=False, block_quanta=0, wall_block=wall, rate_block=rate, wall_again=None,
                    since_decision=since)  # fmt: skip
     return _global_start(done, times, calls, idle, now, params)  # type: ignore[arg-type]
