@@ -137,7 +137,7 @@ def test_lbd_decisions_read_the_log_files_lines():
         line(1.575, action="lbd_trial", job=9004, queue="global", kept=False),
         line(0.9, action="admit", job=9007, ranks=4), decision(1.2, 9007, "local", "idleness"),
         line(1.5, action="lbd_trial", job=9007, queue="local", placement="block", kept=True, calls_per_s_cyclic=100,
-             calls_per_s_block=130, calls_per_s_again=95),
+             calls_per_s_block=130, calls_per_s_first=95, segments=8),
     ])  # fmt: skip
     assert lbd_decisions(log, 9004) == ("local (idleness, IP 2.2 %, 0.20 s) > global (local_slower, IP 2.2 %, 0.30 s)"
                                         " > local (idleness, IP 2.2 %, 0.60 s); settled 0.72 s")  # fmt: skip

@@ -141,24 +141,32 @@ on 2 CPUs both neighbours of every rank of a 1-D stencil are on the other CPU. A
 CPU r * P / N: ranks next in order share a CPU) ran halo-persist 4x2 in 0.77-0.90 of the time of r mod P,
 but rings up to 1.3x as long (bench/patterns.py, way `local-block`; docs/vmruntime-journal.md,
 thirty-ninth session). So a local trial that keeps local queues over `window_calls` calls per rank, with
-the time of its reads, is followed by a trial as long in a block placement, before the global trial. Its
-first look: the block placement must make `block_margin` (5 %) more MPI calls per second of wall time than
-the local trial in r mod P, over `window_calls` calls per rank and with `wall_floor` of its calls per CPU
-second; from `glance_quanta` on, a trial `trial_margin` behind per second ends at once. Then a second look
-in r mod P, as long, before it is kept: the block placement is kept unless r mod P now makes more calls
-per second, and r mod P `trial_margin` behind from `glance_quanta` on keeps it at once (where block is
-clearly the faster, the look costs two quanta in r mod P). Why two looks: one trial of 0.1-0.3 s each
-way is too noisy to choose by. With one look at 15 %, a ring 4x2, 1.5-1.9x slower in a block placement,
-kept it in 2 of 16 runs (its r mod P read low by chance; the job then stays so to its periodic re-measure,
-since the watch compares with the pace kept), while jobs 10-25 % faster so often lost it: halo2d,
-tree and ring-rev 8x2 lost it in 20 of 42 runs, 16 of them read 1.07-1.14x r mod P, whereas the second
-looks of the runs that won read r mod P at 0.41-1.00 of block (29 looks, with halo-persist 4x2's: none
-ahead). The second look undid the one first look that a ring-rev 4x2 won in 42 runs (block 1.17x r mod
-P, then r mod P 1.24x block). The pace kept (the block placement's where it won, else the second look's)
-is then the global trial's and the watch's measure. Every decision starts again in r mod P, so a periodic
-re-measure's trials try the block placement again. `lbd_placement_trial = false` in the configuration turns
-it off. The same call counts measure both placements: a program makes the same calls per iteration wherever
-its ranks run.
+the time of its reads, is followed by a placement trial, before the global trial. It runs in segments, in
+rounds of four: block, r mod P, r mod P, block. A segment is a quantum to switch, which counts for neither
+placement, and then `look_quanta` (3) quanta read. Each placement's MPI calls, seconds and CPU seconds are
+summed over its own segments; the trial runs as many rounds as give each placement as many quanta read as
+the local trial had. After each round, block `trial_margin` behind per second ends it in r mod P (a ring,
+1.5-1.9x slower in block, after 16 quanta). At the end, the block placement is kept if it made
+`block_margin` (5 %) more MPI calls per second of wall time than r mod P over the trial's segments, and
+more in each round of its own, with `window_calls` calls per rank in each placement and `wall_floor` of r
+mod P's calls per CPU second.
+
+Why segments, not one look each way (2026-12-04, forty-first session): this node's speed moves by
+stretches. A fixed loop on both CPUs ran 1.6-3.4 s in 10 consecutive runs; in 4-ms steps, stretches of
+40-160 ms ran each step 1.5x as long. Two looks of 0.1-0.3 s one after the other compare two stretches as
+much as two placements. The old rule ran one look in block against the local trial, at 5 %, then a second
+look in r mod P. IMB Exchange 4x2 ran 1.11-1.15x as fast in block (whole runs), yet it kept block in only
+about half of its runs; six of its eleven losses in one set were looks ended at their glance, at 0.68-0.79.
+Read every quantum, a block look's pace against the local trial's started anywhere from 0.65 to 1.11 at
+its second quantum and ended at 0.85-1.20 (8 looks). Over segments, each placement sees the same
+stretches, and the ABBA order means a pace that drifts steadily favours neither. Leaving out the quantum
+of each switch matters for rings. With it counted, a ring's block segments still carried some of r mod
+P's pace: rings 4x2 read 0.59-0.97 over segments, and one ring-rev 4x2 read 1.13 and kept block, running
+1.4x as long. Without it they read 0.52-0.91 (23 trials). Figures: docs/vmruntime-journal.md, forty-first
+session. The pace kept, the placement's over its segments, is then the global trial's and the watch's
+measure. Every decision starts again in r mod P, so a periodic re-measure's trials try the block
+placement again. `lbd_placement_trial = false` in the configuration turns it off. The same call counts
+measure both placements: a program makes the same calls per iteration wherever its ranks run.
 
 Reverse trial (ours): the idleness that the global queue shows is partly its own making, and an
 imbalanced job is not always faster there. A ring of 4 ranks folded 2 per CPU reads IP 9-19 % there in
@@ -311,7 +319,8 @@ class LbdParams:
     watch_quanta: int = 10  # a decided-local job's MPI calls per second are read this often ...
     watch_drop: float = 0.5  # ... and it is re-measured at once when they fall under this share of its trial's
     block_trial: bool = True  # a job kept on local queues by its trials is tried with a block placement too
-    block_margin: float = 0.05  # ... and keeps it with this much more progress per second (then a second look)
+    block_margin: float = 0.05  # ... and keeps it with this much more progress per second
+    look_quanta: int = 3  # ... read over segments this long (after a quantum to switch), block and r mod P in turn
 
 
 @dataclass(frozen=True)
@@ -355,11 +364,14 @@ class LbdState:
     fell: bool = False  # the running re-measure began because the job's progress fell (not the periodic one)
     paced: bool = False  # the kept local trial held `window_calls` calls per rank: its pace is the watch's measure
     block: bool = False  # local queues in a block placement (rank r of N on CPU r * P / N), not r mod P
-    block_quanta: int = 0  # quanta into a placement trial (block placement after the trials kept local queues)
-    wall_block: float | None = None  # MPI calls per second of wall time over the last placement trial
-    rate_block: float | None = None  # ... per CPU second of the job
-    block_look: int = 0  # quanta into the second look (r mod P again, after a placement trial that block won)
-    wall_again: float | None = None  # MPI calls per second of wall time in r mod P over the last second look
+    block_quanta: int = 0  # quanta into the running segment of a placement trial (0: none running)
+    block_segs: int = 0  # segments of the placement trial so far (block, r mod P, r mod P, block, ...)
+    # Its MPI calls, seconds and CPU seconds of the job so far, each as (r mod P, block): summed over the segments
+    look: tuple[tuple[float, float], ...] = ((0.0, 0.0), (0.0, 0.0), (0.0, 0.0))
+    round_base: tuple[tuple[float, float], ...] = look  # ... as they were when the running round began
+    rounds_lost: int = 0  # rounds of the placement trial in which block made no more calls per second
+    wall_block: float | None = None  # MPI calls per second of wall time in block over the last placement trial
+    wall_cyclic: float | None = None  # ... in r mod P over it
 
     @property
     def queue_local(self) -> bool:
@@ -374,9 +386,10 @@ class LbdState:
             return True
         if self.phase == LBD_DECIDED and self.local and self.trial_quanta:
             return _trial_due(self, params) or _trial_glance(self, params)  # the end of a trial, or its early look
-        if self.phase == LBD_DECIDED and (self.global_quanta or self.block_quanta or self.block_look):
-            # Every quantum: it ends once clearly behind.
-            return max(self.global_quanta, self.block_quanta, self.block_look) >= params.glance_quanta
+        if self.phase == LBD_DECIDED and self.global_quanta:  # every quantum: it ends once clearly behind
+            return self.global_quanta >= params.glance_quanta
+        if self.phase == LBD_DECIDED and self.block_quanta:  # a segment's start, after its switch, and its end
+            return self.block_quanta == 1 or self.block_quanta > params.look_quanta
         if self.phase == LBD_DECIDED and (self.local or self.hold_global):
             # Local queues: CPU time is no measure of idleness (see the module docstring); read only for the
             # time of the watch reads (module docstring: "Watching a local job").
@@ -463,8 +476,7 @@ def _decide(state: LbdState, ip: float | None, local: bool, times: tuple[float, 
                    against=0, below=0, decisions=state.decisions + 1, since_decision=0, rate_global=rate,
                    rate_local=None, wall_local=None, trial_quanta=1 if trial else 0, trial_base=calls or 0.0,
                    trial_len=quanta, hold_global=False, band=False, unread=False, global_quanta=0,
-                   global_faster=False, watch=None, watch_low=False, block=False, block_quanta=0,
-                   block_look=0)  # fmt: skip
+                   global_faster=False, watch=None, watch_low=False, block=False, block_quanta=0)  # fmt: skip
 
 
 def _trial_due(state: LbdState, params: LbdParams) -> bool:
@@ -609,43 +621,49 @@ def _block_start(state: LbdState, times: Sequence[float], calls: float, idle: fl
                  now: float | None) -> LbdState:  # fmt: skip
     """Local queues kept by their trial in r mod P: try them in a block placement as long, from this read
     (module docstring: "Placement trial")."""
-    return _trial_from(state, times, calls, idle, now, block=True, block_quanta=1)
+    return _trial_from(state, times, calls, idle, now, block=True, block_quanta=1, block_segs=0,
+                       look=LbdState.look, round_base=LbdState.look, rounds_lost=0)  # fmt: skip
 
 
 def _block_trial(state: LbdState, calls: float, times: Sequence[float] | None, since: int, params: LbdParams,
                  idle: float | None, now: float | None) -> LbdState:  # fmt: skip
-    """One quantum of a placement trial: keep the block placement only if it made `block_margin` more MPI
-    calls per second of wall time than the local trial in r mod P; from `glance_quanta` on, one
-    `trial_margin` behind it per second is over at once (a ring 4x2 runs 1.5-1.9x slower so). Then the
-    second look where block won, else the global trial, from this read."""
-    read = _against_local(state, state.block_quanta, calls, times, params, params.block_margin, idle, now)
-    if read is None:
-        return replace(state, block_quanta=state.block_quanta + 1, since_decision=since)
-    won, wall, rate = read
-    if won:  # r mod P once more, as long, before it is kept (module docstring: "Placement trial")
-        return _trial_from(state, times, calls, idle, now, block=False, block_quanta=0, block_look=1,  # type: ignore[arg-type]
-                           wall_block=wall, rate_block=rate, wall_again=None, since_decision=since)  # fmt: skip
-    done = replace(state, block=False, block_quanta=0, wall_block=wall, rate_block=rate, wall_again=None,
-                   since_decision=since)  # fmt: skip
-    return _global_start(done, times, calls, idle, now, params)  # type: ignore[arg-type]
-
-
-def _block_look(state: LbdState, calls: float, times: Sequence[float] | None, since: int, params: LbdParams,
-                idle: float | None, now: float | None) -> LbdState:  # fmt: skip
-    """One quantum of the second look: r mod P again, against the block placement's pace. Block is kept
-    unless r mod P now makes more MPI calls per second (a trial of its own with no margin: the first look
-    had one); from `glance_quanta` on, r mod P `trial_margin` behind keeps it at once. Then the global
-    trial, from this read, against the pace kept."""
-    block = replace(state, wall_local=state.wall_block, rate_local=state.rate_block)
-    read = _against_local(block, state.block_look, calls, times, params, 0.0, idle, now)
-    if read is None:
-        return replace(state, block_look=state.block_look + 1, since_decision=since)
-    cyclic_won, wall, rate = read
-    if cyclic_won:  # the first look misread: r mod P, at the pace it has just shown
-        done = replace(state, block_look=0, wall_again=wall, wall_local=wall, rate_local=rate, since_decision=since)
-    else:  # its pace is the watch's and the global trial's measure from now on
-        done = replace(block, block=True, block_look=0, wall_again=wall, since_decision=since)
-    return _global_start(done, times, calls, idle, now, params)  # type: ignore[arg-type]
+    """One quantum of a placement trial: rounds of four segments, in the order block, r mod P, r mod P, block,
+    each a quantum to switch and `look_quanta` quanta read, each placement's MPI calls, seconds and CPU
+    seconds summed over its segments (module docstring: "Placement trial"). After a round, block
+    `trial_margin` behind per second ends it in r mod P; once each placement has been read as long as the
+    local trial ran, block is kept with `block_margin` more calls per second, if it led in every round,
+    and only over `window_calls` calls per rank in each placement and with `wall_floor` of r mod P's calls
+    per CPU second. Then the global trial, from this read, against the pace kept."""
+    q = state.block_quanta
+    read = times is not None and len(times) == len(state.base_user) and now is not None
+    if q == 1 and read:  # the quantum of the switch is left out: the segment is read from here
+        return _trial_from(state, times, calls, idle, now, block_quanta=2, since_decision=since)  # type: ignore[arg-type]
+    if q <= params.look_quanta or not read:
+        return replace(state, block_quanta=q + 1, since_decision=since)
+    i, segs = int(state.block), state.block_segs + 1
+    wall = now - state.base_wall if state.base_wall is not None else 0.0
+    seg = (calls - (state.base_calls or 0.0), wall, _job_cpu(state, times, idle))
+    look = tuple(tuple(v + seg[k] if j == i else v for j, v in enumerate(state.look[k])) for k in range(3))
+    more: dict[str, object] = {"look": look, "block_segs": segs, "since_decision": since}
+    (c_calls, b_calls), (c_wall, b_wall), (c_cpu, b_cpu) = look
+    cyclic, block = c_calls / c_wall if c_wall > 0 else 0.0, b_calls / b_wall if b_wall > 0 else 0.0
+    fair = (min(c_calls, b_calls) / len(times) >= params.window_calls and c_cpu > 0 and b_cpu > 0
+            and b_calls / b_cpu >= c_calls / c_cpu * params.wall_floor)  # fmt: skip
+    behind, lost = block < cyclic * (1 - params.trial_margin), state.rounds_lost
+    if segs % 4 == 0:  # a round's end: did block lead in this round of its own? (none may be lost to keep it)
+        (c0, b0), (cw0, bw0), _ = state.round_base
+        lost += (b_calls - b0) * (c_wall - cw0) <= (c_calls - c0) * (b_wall - bw0)
+        more.update(round_base=look, rounds_lost=lost)
+    # As many quanta each way as the local trial had, in whole rounds of four segments (ABBA: a pace that
+    # drifts steadily through the trial favours neither placement), judged at the end of each round.
+    rounds = -(-_global_len(state, params) // (2 * params.look_quanta))
+    if segs % 4 or not (behind or segs >= 4 * rounds):
+        return _trial_from(state, times, calls, idle, now, block=segs % 4 in (0, 3), block_quanta=1, **more)
+    kept = not behind and not lost and fair and block > cyclic * (1 + params.block_margin)
+    rate = (b_calls / b_cpu if kept else c_calls / c_cpu) if b_cpu > 0 and c_cpu > 0 else state.rate_local
+    end = replace(state, block=kept, block_quanta=0, wall_block=block, wall_cyclic=cyclic,  # type: ignore[arg-type]
+                  wall_local=block if kept else cyclic, rate_local=rate, **more)  # fmt: skip
+    return _global_start(end, times, calls, idle, now, params)
 
 
 def _watching(state: LbdState, params: LbdParams, since: int) -> bool:
@@ -733,11 +751,10 @@ def lbd_step(
         if calls is None:  # no counts to judge it by: the local queues its trial kept
             return replace(state, local=True, global_quanta=0, since_decision=since)
         return _global_trial(state, calls, user_times, since, params, idle, now)
-    if state.phase == LBD_DECIDED and (state.block_quanta or state.block_look):
+    if state.phase == LBD_DECIDED and state.block_quanta:
         if calls is None:  # no counts to judge it by: r mod P
-            return replace(state, block=False, block_quanta=0, block_look=0, since_decision=since)
-        trial = _block_trial if state.block_quanta else _block_look
-        return trial(state, calls, user_times, since, params, idle, now)
+            return replace(state, block=False, block_quanta=0, since_decision=since)
+        return _block_trial(state, calls, user_times, since, params, idle, now)
     if state.phase == LBD_DECIDED and (state.local or state.hold_global):
         watched = _watching(state, params, since) and user_times is not None and calls is not None and now is not None
         cpu = job_cpu_now(user_times, idle) if watched else None  # type: ignore[arg-type]

@@ -510,9 +510,9 @@ class CpuManager:
         new = lbd_step(state, switches, user, self.lbd_params, calls, ncpus=len(j.cpus), idle=idle, now=now)
         self.lbd[j.job_id] = new
         shown = (new.phase, new.cvcs, new.ip, new.queue_local, new.rate_local, new.decisions, new.wall_decided,
-                 new.block, new.block_quanta, new.block_look)  # fmt: skip
+                 new.block, new.block_quanta)  # fmt: skip
         if shown == (state.phase, state.cvcs, state.ip, state.queue_local, state.rate_local, state.decisions,
-                     state.wall_decided, state.block, state.block_quanta, state.block_look):  # fmt: skip
+                     state.wall_decided, state.block, state.block_quanta):  # fmt: skip
             return
         with self.table.locked():
             self.table.set_lbd(j.slot, new.phase, new.cvcs or 0.0, new.ip)
@@ -529,13 +529,13 @@ class CpuManager:
                   calls_per_cpu_s_local=round(new.rate_local or 0, 1), calls_per_s_global=round(new.wall_global or 0),
                   calls_per_s_local=round(new.wall_local or 0), calls_per_cpu_s_decided=round(new.rate_decided or 0, 1),
                   calls_per_s_decided=round(new.wall_decided or 0))  # fmt: skip
-        elif (state.block_quanta or state.block_look) and not (new.block_quanta or new.block_look):
-            # The placement decided (module lbd: "Placement trial"): r mod P's pace, block's, and the second
-            # look's in r mod P where block won the first.
-            again = {} if new.wall_again is None else {"calls_per_s_again": round(new.wall_again)}
+        elif state.block_quanta and not new.block_quanta:
+            # The placement decided (module lbd: "Placement trial"): each placement's pace over its segments,
+            # the local trial's in r mod P before them, and the rounds in which block did not lead.
             event(log, "lbd_trial", job=j.job_id, queue="local", placement="block", kept=new.block,
-                  calls_per_s_cyclic=round(state.wall_local or 0), calls_per_s_block=round(new.wall_block or 0),
-                  **again)  # fmt: skip
+                  calls_per_s_cyclic=round(new.wall_cyclic or 0), calls_per_s_block=round(new.wall_block or 0),
+                  calls_per_s_first=round(state.wall_local or 0), segments=new.block_segs,
+                  rounds_lost=new.rounds_lost)  # fmt: skip
         elif new.rate_local is not None and new.rate_local != state.rate_local:
             event(log, "lbd_trial", job=j.job_id, queue="local", kept=True,
                   calls_per_cpu_s_global=round(new.rate_global or 0, 1),
