@@ -162,7 +162,8 @@ its second quantum and ended at 0.85-1.20 (8 looks). Over segments, each placeme
 stretches, and the ABBA order means a pace that drifts steadily favours neither. Leaving out the quantum
 of each switch matters for rings. With it counted, a ring's block segments still carried some of r mod
 P's pace: rings 4x2 read 0.59-0.97 over segments, and one ring-rev 4x2 read 1.13 and kept block, running
-1.4x as long. Without it they read 0.52-0.91 (23 trials). Figures: docs/vmruntime-journal.md, forty-first
+1.4x as long. Without it they read 0.52-0.91 (23 trials). Each round must be led as well: a ring 4x2
+read 1.35 over one round and ran 1.3x as long in block. Figures: docs/vmruntime-journal.md, forty-first
 session. The pace kept, the placement's over its segments, is then the global trial's and the watch's
 measure. Every decision starts again in r mod P, so a periodic re-measure's trials try the block
 placement again. `lbd_placement_trial = false` in the configuration turns it off. The same call counts
@@ -582,8 +583,8 @@ Reading = tuple[bool, float | None, float]  # a trial's end: won, its calls per 
 
 def _against_local(state: LbdState, n: int, calls: float, times: Sequence[float] | None, params: LbdParams,
                    margin: float, idle: float | None, now: float | None) -> Reading | None:  # fmt: skip
-    """Quantum `n` of a trial that follows the local trial (of the decided global queue, or of the block
-    placement): None while it goes on - before `glance_quanta`, or short of its length and not
+    """Quantum `n` of a global trial, which follows the local trial (and its placement trial), against the
+    pace kept: None while it goes on - before `glance_quanta`, or short of its length and not
     `trial_margin` behind the local trial per second; else whether it won (`margin` more MPI calls per
     second of wall time than the local trial, over `window_calls` calls per rank, with `wall_floor` of its
     calls per CPU second), its calls per second and per CPU second of the job."""
@@ -619,7 +620,7 @@ def _global_trial(state: LbdState, calls: float, times: Sequence[float] | None, 
 
 def _block_start(state: LbdState, times: Sequence[float], calls: float, idle: float | None,
                  now: float | None) -> LbdState:  # fmt: skip
-    """Local queues kept by their trial in r mod P: try them in a block placement as long, from this read
+    """Local queues kept by their trial in r mod P: try both placements in turn, block first, from this read
     (module docstring: "Placement trial")."""
     return _trial_from(state, times, calls, idle, now, block=True, block_quanta=1, block_segs=0,
                        look=LbdState.look, round_base=LbdState.look, rounds_lost=0)  # fmt: skip
