@@ -837,6 +837,15 @@ def test_a_kept_local_trial_is_followed_by_a_placement_trial(block: float, kept:
     assert placement_trials(states)[-1][0] > remeasure
 
 
+def placement_trial_start(length: int, misread: float = 1.0) -> LbdState:
+    """A placement trial at its first quantum, after a local trial of `length` quanta of 4 ranks at
+    `shares(0.02)` and HALO calls per CPU second (its pace read at `misread` of its worth)."""
+    pace = HALO * sum(shares(0.02)) * misread
+    return LbdState(LBD_DECIDED, local=True, decisions=1, block=True, block_quanta=1, base_user=(0.0,) * 4,
+                    base_calls=0.0, base_wall=0.0, wall_local=pace, rate_local=HALO * misread, trial_len=length,
+                    paced=True)  # fmt: skip
+
+
 @pytest.mark.parametrize(("block", "kept"), [
     (0.65, False),  # a ring 4x2 whose local trial read r mod P at half its pace
     (0.97, False),  # r mod P a little faster
@@ -849,9 +858,7 @@ def test_the_placement_trial_compares_its_own_segments_not_the_local_trials_pace
     ranks = shares(0.02)
     pace = HALO * sum(ranks)  # r mod P's MPI calls per second
     length = 12
-    state = LbdState(LBD_DECIDED, local=True, decisions=1, block=True, block_quanta=1, base_user=(0.0,) * 4,
-                     base_calls=0.0, base_wall=0.0, wall_local=pace / 2, rate_local=HALO / 2, trial_len=length,
-                     paced=True)  # fmt: skip
+    state = placement_trial_start(length, misread=0.5)
     states = drive(lambda q: ranks, 3 * length + 5, state=state, speed=lambda local: HALO, clock=True, block=block)
     end = next(s for s in states if not s.block_quanta)
     assert end.block is kept and end.wall_cyclic == pytest.approx(pace, rel=0.02)
@@ -873,9 +880,7 @@ def test_a_node_whose_speed_moves_during_the_placement_trial_does_not_decide_it(
     slowdown as the later placement's."""
     ranks = shares(0.02)
     length = 12
-    state = LbdState(LBD_DECIDED, local=True, decisions=1, block=True, block_quanta=1, base_user=(0.0,) * 4,
-                     base_calls=0.0, base_wall=0.0, wall_local=HALO * sum(ranks), rate_local=HALO, trial_len=length,
-                     paced=True)  # fmt: skip
+    state = placement_trial_start(length)
     rnd = 4 * (1 + P.look_quanta)  # quanta in a round of segments: its second round is slowed
     speeds = {"falls": lambda q: 1 - q / (4 * length), "rises": lambda q: 0.5 + q / (4 * length),
               "stretch": lambda q: 0.5 if rnd <= q < 2 * rnd else 1.0}  # fmt: skip
@@ -896,9 +901,7 @@ def test_block_is_kept_only_if_it_led_in_every_round(block: float, slowed: str |
     ring 4x2 once read 1.35 in a round, then ran 1.5x as long in block): that round must not decide."""
     ranks = shares(0.02)
     length = 12
-    state = LbdState(LBD_DECIDED, local=True, decisions=1, block=True, block_quanta=1, base_user=(0.0,) * 4,
-                     base_calls=0.0, base_wall=0.0, wall_local=HALO * sum(ranks), rate_local=HALO, trial_len=length,
-                     paced=True)  # fmt: skip
+    state = placement_trial_start(length)
     seg = 1 + P.look_quanta  # the first round's segments: block, r mod P, r mod P, block
     quanta = {"r mod P": range(seg, 3 * seg), "block": [*range(seg), *range(3 * seg, 4 * seg)], None: ()}[slowed]
     states = drive(lambda q: ranks, 3 * length + 5, state=state, speed=lambda local: HALO, clock=True, block=block,
