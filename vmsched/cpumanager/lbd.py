@@ -581,13 +581,14 @@ def _global_len(state: LbdState, params: LbdParams) -> int:
 Reading = tuple[bool, float | None, float]  # a trial's end: won, its calls per second and per CPU second
 
 
-def _against_local(state: LbdState, n: int, calls: float, times: Sequence[float] | None, params: LbdParams,
-                   margin: float, idle: float | None, now: float | None) -> Reading | None:  # fmt: skip
-    """Quantum `n` of a global trial, which follows the local trial (and its placement trial), against the
+def _global_read(state: LbdState, calls: float, times: Sequence[float] | None, params: LbdParams,
+                 idle: float | None, now: float | None) -> Reading | None:  # fmt: skip
+    """This quantum of a global trial, which follows the local trial (and its placement trial), against the
     pace kept: None while it goes on - before `glance_quanta`, or short of its length and not
-    `trial_margin` behind the local trial per second; else whether it won (`margin` more MPI calls per
-    second of wall time than the local trial, over `window_calls` calls per rank, with `wall_floor` of its
-    calls per CPU second), its calls per second and per CPU second of the job."""
+    `trial_margin` behind the local trial per second; else whether it won (`global_margin` more MPI calls
+    per second of wall time than the local trial, over `window_calls` calls per rank, with `wall_floor` of
+    its calls per CPU second), its calls per second and per CPU second of the job."""
+    n = state.global_quanta
     if n < params.glance_quanta or times is None or len(times) != len(state.base_user) or now is None:
         return None
     wall = _per_second(calls, state.base_calls, now, state.base_wall)
@@ -597,7 +598,7 @@ def _against_local(state: LbdState, n: int, calls: float, times: Sequence[float]
     cpu = _job_cpu(state, times, idle)
     rate = (calls - (state.base_calls or 0.0)) / cpu if cpu > 0 else 0.0
     per_rank = (calls - (state.base_calls or 0.0)) / len(times)
-    won = (wall is not None and wall > local * (1 + margin) and per_rank >= params.window_calls
+    won = (wall is not None and wall > local * (1 + params.global_margin) and per_rank >= params.window_calls
            and rate >= (state.rate_local or 0.0) * params.wall_floor)  # fmt: skip
     return won, wall, rate
 
@@ -608,7 +609,7 @@ def _global_trial(state: LbdState, calls: float, times: Sequence[float] | None, 
     calls per second of wall time than the local trial before it; from `glance_quanta` on, one
     `trial_margin` behind it per second is over at once (a ring runs 11x slower there: every quantum of it
     costs)."""
-    read = _against_local(state, state.global_quanta, calls, times, params, params.global_margin, idle, now)
+    read = _global_read(state, calls, times, params, idle, now)
     if read is None:
         return replace(state, global_quanta=state.global_quanta + 1, since_decision=since)
     won, wall, rate = read
