@@ -34,13 +34,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from patterns import COMPUTE, PATTERNS, Program, Run, run, scaled, start_compute  # noqa: E402
+from patterns import COMPUTE, PATTERNS, Program, Run, compute_beside, run, scaled  # noqa: E402
 
 from vmsched.vmruntime.testing import (  # noqa: E402
     BackgroundLoop,
     Manager,
     compile_c_program,
-    end_job,
     mpiexec,
     unwind_on_sigterm,
     vmrun_cmd,
@@ -71,21 +70,17 @@ class StartProbe(BackgroundLoop):
 def one(prog: Program, way: str, nranks: int, cpus: int, managers: dict[str, Manager]) -> tuple[Run, float]:
     """One run of `way` (taskset, or QUEUE@grouped / QUEUE@ungrouped) on CPU 0 beside the compute job on
     CPU 1, or alone on CPUs 0-1, and the probe's longest start on CPU 0 meanwhile."""
-    comp = start_compute(["taskset", "-c", "1", mpiexec(), "-n", "2", *COMPUTE], 2) if cpus == 1 else None
-    try:
-        with StartProbe(0) as probe:
-            if way == "taskset":
-                r = run(["taskset", "-c", f"0-{cpus - 1}", mpiexec(), "-n", str(nranks), *prog.argv()], prog)
-            else:
-                queue, _, which = way.partition("@")
-                m = managers[which]
-                mpl = -(-nranks // cpus)  # an odd count folds one rank deeper on one CPU
-                cmd = vmrun_cmd(m.state_dir, nranks, mpl, prog.argv(), queue=None if queue == "default" else queue)
-                r = run(cmd, prog, m.env())
-        return r, probe.longest
-    finally:
-        if comp is not None:
-            end_job(comp)
+    comp = ["taskset", "-c", "1", mpiexec(), "-n", "2", *COMPUTE] if cpus == 1 else None
+    with compute_beside(comp, 2), StartProbe(0) as probe:
+        if way == "taskset":
+            r = run(["taskset", "-c", f"0-{cpus - 1}", mpiexec(), "-n", str(nranks), *prog.argv()], prog)
+        else:
+            queue, _, which = way.partition("@")
+            m = managers[which]
+            mpl = -(-nranks // cpus)  # an odd count folds one rank deeper on one CPU
+            cmd = vmrun_cmd(m.state_dir, nranks, mpl, prog.argv(), queue=None if queue == "default" else queue)
+            r = run(cmd, prog, m.env())
+    return r, probe.longest
 
 
 def main() -> int:

@@ -77,6 +77,7 @@ Last line: JSON.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import itertools
 import json
@@ -89,7 +90,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -103,7 +104,6 @@ from vmsched.vmruntime.testing import (  # noqa: E402
     Manager,
     compile_c_program,
     cpu_list,
-    end_job,
     lbd_decisions,
     mpiexec,
     node_cpus,
@@ -111,6 +111,7 @@ from vmsched.vmruntime.testing import (  # noqa: E402
     round_order,
     run_to_end,
     selftest_cmd,
+    started_job,
     unwind_on_sigterm,
     vmrun_cmd,
 )
@@ -255,13 +256,19 @@ def run(cmd: list[str], prog: Program, env: dict[str, str] | None = None, cap: f
     return prog.parse(res, time.monotonic() - t0)
 
 
-def start_compute(cmd: list[str], nranks: int, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
-    comp = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 30
-    while len(rank_pids(comp.pid)) < nranks and time.monotonic() < deadline:
-        time.sleep(0.02)
-    time.sleep(0.5)  # past start-up, computing
-    return comp
+@contextlib.contextmanager
+def compute_beside(cmd: list[str] | None, nranks: int, env: dict[str, str] | None = None) -> Iterator[None]:
+    """The compute job `cmd` of `nranks` ranks for the block (none where `cmd` is None): past its start-up
+    when the block begins, ended with everything below it when the block ends, however it ends."""
+    if cmd is None:
+        yield
+        return
+    with started_job(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) as comp:
+        deadline = time.monotonic() + 30
+        while len(rank_pids(comp.pid)) < nranks and time.monotonic() < deadline:
+            time.sleep(0.02)
+        time.sleep(0.5)  # past start-up, computing
+        yield
 
 
 # Start-up per (way, ranks, CPUs): the median wall clock of runs of a near-empty MPI program (the ring pattern
@@ -293,12 +300,8 @@ def plain(prog: Program, nranks: int, cpus: int, way: str, cap: float) -> Run:
     env = {**os.environ, **MPICH_YIELD} if way == "mpich-yield" else None
     pin = (lambda c: []) if way == "timesharing" else (lambda c: ["taskset", "-c", cpu_list(c)])  # noqa: E731
     n = 2 * len(other)
-    comp = start_compute([*pin(other), mpiexec(), "-n", str(n), *COMPUTE], n) if other else None
-    try:
+    with compute_beside([*pin(other), mpiexec(), "-n", str(n), *COMPUTE] if other else None, n):
         return run([*pin(mine), mpiexec(), "-n", str(nranks), *prog.argv()], prog, env, cap)
-    finally:
-        if comp:
-            end_job(comp)
 
 
 JOB_IDS = itertools.count(9001)  # folded jobs get known ids, so that the log tells their decisions apart
@@ -309,7 +312,6 @@ def folded(m: Manager, prog: Program, nranks: int, cpus: int, way: str, env: dic
     run with default options carries the detector's decisions."""
     n = 2 * (len(NODE) - cpus)  # the compute job holds the rest of the node at MPL 2
     e = {**m.env(), **(env or {}), **({"VMRT_YIELD_WAIT_US": "0"} if way == "sleep" else {})}
-    comp = start_compute(vmrun_cmd(m.state_dir, n, 2, COMPUTE, queue="local"), n, e) if n else None
     opts: dict[str, str] = {}
     if way == "local":
         opts["queue"] = "local"
@@ -318,11 +320,8 @@ def folded(m: Manager, prog: Program, nranks: int, cpus: int, way: str, env: dic
     elif way in HEURISTICS:
         opts = {"queue": "global", "heuristic": way}
     job_id = next(JOB_IDS)
-    try:
+    with compute_beside(vmrun_cmd(m.state_dir, n, 2, COMPUTE, queue="local") if n else None, n, e):
         r = run(vmrun_cmd(m.state_dir, nranks, nranks // cpus, prog.argv(), job_id=job_id, **opts), prog, e)
-    finally:
-        if comp:
-            end_job(comp)
     return replace(r, decisions=lbd_decisions(m.log_path.read_text(), job_id)) if not opts else r
 
 

@@ -70,35 +70,26 @@ def ring_time(cmd: list[str], env: dict[str, str] | None = None, cap: float | No
 def timesharing(k: int, laps: int, reverse: bool, cap: float) -> float:
     n = 2 * (len(NODE) - k)
     quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
-    comp = subprocess.Popen([vt.mpiexec(), "-n", str(n), *COMPUTE], **quiet)
-    try:
+    with vt.started_job([vt.mpiexec(), "-n", str(n), *COMPUTE], **quiet) as comp:
         wait_ranks(comp, n)
         return ring_time([vt.mpiexec(), "-n", str(4 * k), *ring_cmd(laps, reverse)], cap=cap)
-    finally:
-        vt.end_job(comp)
 
 
 def taskset(k: int, laps: int, reverse: bool) -> float:
     n = 2 * (len(NODE) - k)
-    comp = subprocess.Popen(["taskset", "-c", vt.cpu_list(NODE[k:]), vt.mpiexec(), "-n", str(n), *COMPUTE],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
-    try:
+    comp_cmd = ["taskset", "-c", vt.cpu_list(NODE[k:]), vt.mpiexec(), "-n", str(n), *COMPUTE]
+    with vt.started_job(comp_cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) as comp:
         wait_ranks(comp, n)
         ring = [vt.mpiexec(), "-n", str(4 * k), *ring_cmd(laps, reverse)]
         return ring_time(["taskset", "-c", vt.cpu_list(NODE[:k]), *ring])
-    finally:
-        vt.end_job(comp)
 
 
 def vmsched(m: vt.Manager, k: int, laps: int, reverse: bool) -> float:
     n = 2 * (len(NODE) - k)
-    comp = subprocess.Popen(vt.vmrun_cmd(m.state_dir, n, 2, COMPUTE, queue="local"), env=m.env(),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
-    try:
+    comp_cmd = vt.vmrun_cmd(m.state_dir, n, 2, COMPUTE, queue="local")
+    with vt.started_job(comp_cmd, env=m.env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) as comp:
         wait_ranks(comp, n)
         return ring_time(vt.vmrun_cmd(m.state_dir, 4 * k, 4, ring_cmd(laps, reverse)), m.env())
-    finally:
-        vt.end_job(comp)
 
 
 def main() -> int:

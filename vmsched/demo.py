@@ -25,6 +25,7 @@ from rich.table import Table
 
 from vmsched.apps.result import parse_result
 from vmsched.config import format_cpu_list, load_config
+from vmsched.held_signals import held_signals
 from vmsched.launcher.history import partition_segments
 from vmsched.protocol import Client, DaemonUnavailable
 from vmsched.tables import Column, fitted_table
@@ -65,10 +66,12 @@ class Demo:
     def start(self) -> None:
         self.work.mkdir(parents=True, exist_ok=True)
         log = open(self.state / "daemons.out", "ab")  # noqa: SIM115 - lives as long as the daemons
-        self.procs.append(subprocess.Popen([str(BIN / "vm-cpumanager")], env=self.env, stdout=log, stderr=log))
+        with held_signals():  # a Ctrl-C while a daemon starts waits for its handle (held_signals)
+            self.procs.append(subprocess.Popen([str(BIN / "vm-cpumanager")], env=self.env, stdout=log, stderr=log))
         self._wait(Client(self.cfg.cpumanager_socket), "CPU manager")
-        self.procs.append(subprocess.Popen([str(BIN / "vm-launcher"), "--policy", self.policy], env=self.env,
-                                           stdout=log, stderr=log))  # fmt: skip
+        with held_signals():
+            self.procs.append(subprocess.Popen([str(BIN / "vm-launcher"), "--policy", self.policy], env=self.env,
+                                               stdout=log, stderr=log))  # fmt: skip
         self._wait(Client(self.cfg.launcher_socket), "launcher")
 
     def _wait(self, c: Client, what: str) -> None:

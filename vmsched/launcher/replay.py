@@ -32,6 +32,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from vmsched.apps.result import parse_result
 from vmsched.config import load_config
+from vmsched.held_signals import held_signals
 from vmsched.launcher.acct import acct_row
 from vmsched.launcher.history import job_records, partition_segments
 from vmsched.launcher.lifecycle import JobState
@@ -82,9 +83,11 @@ class PrivateNode:
         argv = [str(BIN / "vm-cpumanager"), *(["--cpus", cpus] if cpus else [])]
         self.procs: list[subprocess.Popen] = []
         try:
-            self.procs.append(subprocess.Popen(argv, env=env, stdout=log, stderr=log))
+            with held_signals():  # an interruption while a daemon starts waits for its handle (held_signals)
+                self.procs.append(subprocess.Popen(argv, env=env, stdout=log, stderr=log))
             wait_up(Client(self.cfg.cpumanager_socket), self.procs)
-            self.procs.append(subprocess.Popen([str(BIN / "vm-launcher")], env=env, stdout=log, stderr=log))
+            with held_signals():
+                self.procs.append(subprocess.Popen([str(BIN / "vm-launcher")], env=env, stdout=log, stderr=log))
             wait_up(Client(self.cfg.launcher_socket), self.procs)
         except BaseException:  # not up (or interrupted while starting): stop what did start
             self.close()

@@ -46,7 +46,7 @@ from vmsched.apps import registry
 from vmsched.apps.result import parse_result
 from vmsched.config import format_cpu_list
 from vmsched.sim.runtime_model import DEFAULT_PATH, FORMAT, MPL_POINTS, QUEUES, Measurement, RuntimeModel, fit
-from vmsched.vmruntime.testing import Manager, end_job, unwind_on_sigterm, vmrun_cmd
+from vmsched.vmruntime.testing import Manager, started_job, unwind_on_sigterm, vmrun_cmd
 
 # App -> (class for a full calibration, class for --quick). Full classes run >= 1 s at MPL 1 with 2
 # ranks on this node (2026-11-28, the apps keeping their freed memory: ep W 5.3 s, mg/ft S 1.1-1.7 s,
@@ -203,16 +203,11 @@ def run_one(manager: Manager, spec: RunSpec, timeout: float) -> dict[str, Any]:
     cmd = vmrun_cmd(manager.state_dir, spec.nranks, spec.mpl, argv, queue=spec.queue)
     load = os.getloadavg()[0]
     t0 = time.monotonic()
-    proc = subprocess.Popen(cmd, env=manager.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        end_job(proc)  # the whole job, and the MPICH segments its killed ranks leave
-        proc.communicate()
-        raise RunFailed(f"{spec.label()}: no result within {timeout:.0f} s") from None
-    except BaseException:
-        end_job(proc)
-        raise
+    with started_job(cmd, env=manager.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:  # the block's end takes the whole job, and its killed ranks' segments
+            raise RunFailed(f"{spec.label()}: no result within {timeout:.0f} s") from None
     wall = time.monotonic() - t0
     try:
         res = parse_result(out)

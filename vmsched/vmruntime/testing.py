@@ -3,6 +3,7 @@ directory, `vmrun` command lines, and sampling of ranks through /proc."""
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import re
@@ -12,12 +13,12 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from types import TracebackType
-from typing import Self
+from typing import Any, Self
 
 import psutil
 
@@ -25,6 +26,7 @@ from vmsched.config import Config, load_config
 from vmsched.cpumanager import shm_layout as L
 from vmsched.cpumanager.client import CpuManagerClient
 from vmsched.cpumanager.cpugroups import CpuGroups
+from vmsched.held_signals import held_signals
 from vmsched.protocol import DaemonUnavailable
 from vmsched.vmruntime.shmclean import job_files, orphaned, remove_leftovers
 
@@ -163,8 +165,23 @@ def unwind_on_sigterm() -> None:
     """Make SIGTERM unwind like Ctrl-C (SystemExit 143), so that every `with Manager()`, `finally` and
     end_job runs: the private CPU manager, the jobs and the state directories go with the tool. By
     default a SIGTERM ends the process at once and its CPU manager outlives it (vmsim-calibrate did,
-    2026-11-28). For the benchmarks' and vmsim-calibrate's main()."""
+    2026-11-28). For the benchmarks' and vmsim-calibrate's main(); their jobs start with `started_job`."""
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
+
+
+@contextlib.contextmanager
+def started_job(cmd: list[str], sig: int = signal.SIGTERM, **popen: Any) -> Iterator[subprocess.Popen]:
+    """Popen a job (mpiexec or vmrun; `popen`: Popen's arguments) for the block. A job still running when
+    the block ends, by an exception, Ctrl-C, unwind_on_sigterm's SIGTERM or otherwise, goes with everything
+    below it (end_job, `sig`), a signal during its start too (vmsched.held_signals)."""
+    proc = None
+    try:
+        with held_signals():
+            proc = subprocess.Popen(cmd, **popen)
+        yield proc
+    finally:
+        if proc is not None and proc.poll() is None:
+            end_job(proc, sig)
 
 
 def vmrun_cmd(state_dir: Path, nranks: int, max_mpl: int, command: list[str], queue: str | None = None,
@@ -288,15 +305,11 @@ def run_to_end(cmd: list[str], env: dict[str, str] | None = None,
     """Run a job (mpiexec or vmrun) to its end and return what it printed; None if it was stopped at
     `timeout`. Stopped or interrupted (Ctrl-C, SIGTERM), its ranks and the MPICH segments they leave go
     too: subprocess.run would kill mpiexec alone."""
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    try:
-        stdout, stderr = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        end_job(proc, signal.SIGKILL)
-        return None
-    except BaseException:
-        end_job(proc, signal.SIGKILL)
-        raise
+    with started_job(cmd, signal.SIGKILL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) as proc:
+        try:
+            stdout, stderr = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return None
     return subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr)
 
 
