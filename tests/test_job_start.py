@@ -19,9 +19,10 @@ from vmsched.held_signals import held_signals
 
 # The child sleeps before its exec, so that the tool waits in Popen as long and the signal lands there.
 TOOL = """
-import subprocess, time
+import signal, subprocess, time
 from vmsched.vmruntime.testing import started_job, unwind_on_sigterm
 unwind_on_sigterm()
+signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C as at a terminal (not ignored, as under nohup)
 quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}  # (a job left behind holds no pipe of ours)
 with started_job(["sleep", "60"], preexec_fn=lambda: time.sleep(1.5), **quiet) as proc:
     print("started", proc.pid, flush=True)
