@@ -27,6 +27,7 @@ from vmsched.apps.result import parse_result
 from vmsched.config import format_cpu_list, load_config
 from vmsched.held_signals import held_signals
 from vmsched.launcher.history import partition_segments
+from vmsched.launcher.replay import cancel_all
 from vmsched.protocol import Client, DaemonUnavailable
 from vmsched.tables import Column, fitted_table
 from vmsched.workloads.plots import plot_partitions, plot_utilization
@@ -66,12 +67,15 @@ class Demo:
     def start(self) -> None:
         self.work.mkdir(parents=True, exist_ok=True)
         log = open(self.state / "daemons.out", "ab")  # noqa: SIM115 - lives as long as the daemons
-        with held_signals():  # a Ctrl-C while a daemon starts waits for its handle (held_signals)
-            self.procs.append(subprocess.Popen([str(BIN / "vm-cpumanager")], env=self.env, stdout=log, stderr=log))
+        # Each daemon in a session of its own, so that a terminal's Ctrl-C reaches the demo alone, which
+        # cancels the jobs and then stops the daemons; held_signals: one that comes while a daemon starts
+        # waits for its handle.
+        quiet = {"env": self.env, "stdout": log, "stderr": log, "start_new_session": True}
+        with held_signals():
+            self.procs.append(subprocess.Popen([str(BIN / "vm-cpumanager")], **quiet))
         self._wait(Client(self.cfg.cpumanager_socket), "CPU manager")
         with held_signals():
-            self.procs.append(subprocess.Popen([str(BIN / "vm-launcher"), "--policy", self.policy], env=self.env,
-                                               stdout=log, stderr=log))  # fmt: skip
+            self.procs.append(subprocess.Popen([str(BIN / "vm-launcher"), "--policy", self.policy], **quiet))
         self._wait(Client(self.cfg.launcher_socket), "launcher")
 
     def _wait(self, c: Client, what: str) -> None:
@@ -115,6 +119,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--state-dir", default=".vmsched-demo", help="local state directory (default ./.vmsched-demo)")
     ap.add_argument("--policy", default="fjt+easy:malleable/fifo", help="launcher policy (default %(default)s)")
     args = ap.parse_args(argv)
+    # A SIGTERM unwinds as Ctrl-C does: by default it would end the demo alone and leave its daemons running.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     console = Console()
     state = Path(args.state_dir).resolve()
     shutil.rmtree(state, ignore_errors=True)  # each demo starts from an empty queue
@@ -141,6 +147,10 @@ def main(argv: list[str] | None = None) -> int:
                     raise SystemExit("the demo's jobs did not finish in 10 minutes")
                 time.sleep(0.25)
         rows = demo.cli("vmacct")
+    except BaseException:  # Ctrl-C, SIGTERM or a failure: the launcher leaves running jobs running
+        console.print("stopping: cancelling the demo's jobs")
+        cancel_all(demo.cfg.launcher_socket, "vmdemo")
+        raise
     finally:
         demo.stop()
     report(rows, demo, ncpus, console)

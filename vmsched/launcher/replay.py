@@ -83,31 +83,22 @@ class PrivateNode:
         argv = [str(BIN / "vm-cpumanager"), *(["--cpus", cpus] if cpus else [])]
         self.procs: list[subprocess.Popen] = []
         try:
-            with held_signals():  # an interruption while a daemon starts waits for its handle (held_signals)
-                self.procs.append(subprocess.Popen(argv, env=env, stdout=log, stderr=log))
+            # Each daemon in a session of its own, so that a terminal's Ctrl-C reaches vmreplay alone, which
+            # cancels the jobs and then stops the daemons; held_signals: one that comes while a daemon starts
+            # waits for its handle.
+            quiet = {"env": env, "stdout": log, "stderr": log, "start_new_session": True}
+            with held_signals():
+                self.procs.append(subprocess.Popen(argv, **quiet))
             wait_up(Client(self.cfg.cpumanager_socket), self.procs)
             with held_signals():
-                self.procs.append(subprocess.Popen([str(BIN / "vm-launcher")], env=env, stdout=log, stderr=log))
+                self.procs.append(subprocess.Popen([str(BIN / "vm-launcher")], **quiet))
             wait_up(Client(self.cfg.launcher_socket), self.procs)
         except BaseException:  # not up (or interrupted while starting): stop what did start
             self.close()
             raise
 
     def cancel_all(self, timeout_s: float = 60.0) -> None:
-        """Cancel every job of this node and wait until they have ended (an interrupted replay's
-        jobs must not outlive the daemons it started)."""
-        try:
-            launcher = Client(self.cfg.launcher_socket, timeout_s=10, what="launcher")
-            for job in launcher.call("queue")["jobs"]:
-                try:
-                    launcher.call("cancel", job=job["id"])
-                except ProtocolError:
-                    pass  # it ended meanwhile
-            deadline = time.monotonic() + timeout_s
-            while launcher.call("queue")["jobs"] and time.monotonic() < deadline:
-                time.sleep(0.2)
-        except (DaemonUnavailable, ProtocolError) as e:
-            print(f"vmreplay: could not cancel the private node's jobs: {e}", file=sys.stderr)
+        cancel_all(self.cfg.launcher_socket, "vmreplay", timeout_s)
 
     def close(self) -> None:
         for p in reversed(self.procs):
@@ -115,6 +106,24 @@ class PrivateNode:
                 p.send_signal(signal.SIGTERM)
                 p.wait(timeout=30)
         self.dir.cleanup()
+
+
+def cancel_all(launcher_socket: Path, tool: str, timeout_s: float = 60.0) -> None:
+    """Cancel every job of a private node's launcher and wait until they have ended: an interrupted tool's
+    jobs (vmreplay's, vmdemo's) must not outlive the daemons it started, and the launcher leaves running
+    jobs running when it stops (they outlive a restart)."""
+    try:
+        launcher = Client(launcher_socket, timeout_s=10, what="launcher")
+        for job in launcher.call("queue")["jobs"]:
+            try:
+                launcher.call("cancel", job=job["id"])
+            except ProtocolError:
+                pass  # it ended meanwhile
+        deadline = time.monotonic() + timeout_s
+        while launcher.call("queue")["jobs"] and time.monotonic() < deadline:
+            time.sleep(0.2)
+    except (DaemonUnavailable, ProtocolError) as e:
+        print(f"{tool}: could not cancel the private node's jobs: {e}", file=sys.stderr)
 
 
 def wait_up(c: Client, procs: list[subprocess.Popen]) -> None:
