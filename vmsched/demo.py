@@ -25,9 +25,8 @@ from rich.table import Table
 
 from vmsched.apps.result import parse_result
 from vmsched.config import format_cpu_list, load_config
-from vmsched.held_signals import held_signals
 from vmsched.launcher.history import partition_segments
-from vmsched.launcher.replay import cancel_all
+from vmsched.launcher.replay import cancel_all, start_daemon
 from vmsched.protocol import Client, DaemonUnavailable
 from vmsched.tables import Column, fitted_table
 from vmsched.workloads.plots import plot_partitions, plot_utilization
@@ -67,15 +66,9 @@ class Demo:
     def start(self) -> None:
         self.work.mkdir(parents=True, exist_ok=True)
         log = open(self.state / "daemons.out", "ab")  # noqa: SIM115 - lives as long as the daemons
-        # Each daemon in a session of its own, so that a terminal's Ctrl-C reaches the demo alone, which
-        # cancels the jobs and then stops the daemons; held_signals: one that comes while a daemon starts
-        # waits for its handle.
-        quiet = {"env": self.env, "stdout": log, "stderr": log, "start_new_session": True}
-        with held_signals():
-            self.procs.append(subprocess.Popen([str(BIN / "vm-cpumanager")], **quiet))
+        start_daemon(self.procs, [str(BIN / "vm-cpumanager")], self.env, log)
         self._wait(Client(self.cfg.cpumanager_socket), "CPU manager")
-        with held_signals():
-            self.procs.append(subprocess.Popen([str(BIN / "vm-launcher"), "--policy", self.policy], **quiet))
+        start_daemon(self.procs, [str(BIN / "vm-launcher"), "--policy", self.policy], self.env, log)
         self._wait(Client(self.cfg.launcher_socket), "launcher")
 
     def _wait(self, c: Client, what: str) -> None:

@@ -24,7 +24,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from rich.console import Console
 from rich.markup import escape
@@ -83,22 +83,13 @@ class PrivateNode:
         argv = [str(BIN / "vm-cpumanager"), *(["--cpus", cpus] if cpus else [])]
         self.procs: list[subprocess.Popen] = []
         try:
-            # Each daemon in a session of its own, so that a terminal's Ctrl-C reaches vmreplay alone, which
-            # cancels the jobs and then stops the daemons; held_signals: one that comes while a daemon starts
-            # waits for its handle.
-            quiet = {"env": env, "stdout": log, "stderr": log, "start_new_session": True}
-            with held_signals():
-                self.procs.append(subprocess.Popen(argv, **quiet))
+            start_daemon(self.procs, argv, env, log)
             wait_up(Client(self.cfg.cpumanager_socket), self.procs)
-            with held_signals():
-                self.procs.append(subprocess.Popen([str(BIN / "vm-launcher")], **quiet))
+            start_daemon(self.procs, [str(BIN / "vm-launcher")], env, log)
             wait_up(Client(self.cfg.launcher_socket), self.procs)
         except BaseException:  # not up (or interrupted while starting): stop what did start
             self.close()
             raise
-
-    def cancel_all(self, timeout_s: float = 60.0) -> None:
-        cancel_all(self.cfg.launcher_socket, "vmreplay", timeout_s)
 
     def close(self) -> None:
         for p in reversed(self.procs):
@@ -106,6 +97,14 @@ class PrivateNode:
                 p.send_signal(signal.SIGTERM)
                 p.wait(timeout=30)
         self.dir.cleanup()
+
+
+def start_daemon(procs: list[subprocess.Popen], argv: list[str], env: dict[str, str], log: IO[bytes]) -> None:
+    """Start a private node's daemon (vmreplay's, vmdemo's) into `procs`. In a session of its own, so that a
+    terminal's Ctrl-C reaches the tool alone, which cancels the jobs (cancel_all) and then stops the daemons
+    in order; under held_signals, so that a signal that comes while it starts waits for its handle."""
+    with held_signals():
+        procs.append(subprocess.Popen(argv, env=env, stdout=log, stderr=log, start_new_session=True))
 
 
 def cancel_all(launcher_socket: Path, tool: str, timeout_s: float = 60.0) -> None:
@@ -263,7 +262,7 @@ def run(argv: list[str] | None = None) -> int:
         except Interrupted as e:
             print(f"vmreplay: {e}; cancelling this run's jobs", file=sys.stderr)
             if node:
-                node.cancel_all()
+                cancel_all(node.cfg.launcher_socket, "vmreplay")
             raise
         finally:
             if node:
