@@ -123,8 +123,8 @@ def test_the_detector_tries_a_block_placement_and_the_table_follows(tmp_path: Pa
     assert kept_local and trials, lines
     # Kept only with block_margin (5 %) more calls per second over its segments in each placement and a lead
     # in every round of them; they come in rounds of four (block, r mod P, r mod P, block), and a trial runs
-    # its rounds to the end unless block is clearly behind. The job's entry follows the segments (the first,
-    # 30 ms in block, at least).
+    # its rounds to the end unless block is clearly behind or did not lead a round. The job's entry follows
+    # the segments (the first, 30 ms in block, at least).
     for kept, cyclic, block, segments, lost in trials:
         assert kept == "false" or (int(block) > int(cyclic) * 1.05 and int(segments) >= 8 and lost == "0"), trials
         assert int(segments) % 4 == 0, trials

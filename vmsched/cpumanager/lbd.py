@@ -146,7 +146,9 @@ rounds of four: block, r mod P, r mod P, block. A segment is a quantum to switch
 placement, and then `look_quanta` (3) quanta read. Each placement's MPI calls, seconds and CPU seconds are
 summed over its own segments; the trial runs as many rounds as give each placement as many quanta read as
 the local trial had. After each round, block `trial_margin` behind per second ends it in r mod P (a ring,
-1.5-1.9x slower in block, after 16 quanta). At the end, the block placement is kept if it made
+1.5-1.9x slower in block, after 16 quanta), and so does a round that block did not lead: block can no
+longer be kept, and every round more costs the job its segments in block (rings at 0.73-0.82 of r mod P's
+pace went on to a second round, 2026-12-04). At the end, the block placement is kept if it made
 `block_margin` (5 %) more MPI calls per second of wall time than r mod P over the trial's segments, and
 more in each round of its own, with `window_calls` calls per rank in each placement and `wall_floor` of r
 mod P's calls per CPU second.
@@ -632,10 +634,11 @@ def _block_trial(state: LbdState, calls: float, times: Sequence[float] | None, s
     """One quantum of a placement trial: rounds of four segments, in the order block, r mod P, r mod P, block,
     each a quantum to switch and `look_quanta` quanta read, each placement's MPI calls, seconds and CPU
     seconds summed over its segments (module docstring: "Placement trial"). After a round, block
-    `trial_margin` behind per second ends it in r mod P; once each placement has been read as long as the
-    local trial ran, block is kept with `block_margin` more calls per second, if it led in every round,
-    and only over `window_calls` calls per rank in each placement and with `wall_floor` of r mod P's calls
-    per CPU second. Then the global trial, from this read, against the pace kept."""
+    `trial_margin` behind per second, or a round that block did not lead, ends it in r mod P; once each
+    placement has been read as long as the local trial ran, block is kept with `block_margin` more calls
+    per second, if it led in every round, and only over `window_calls` calls per rank in each placement
+    and with `wall_floor` of r mod P's calls per CPU second. Then the global trial, from this read, against
+    the pace kept."""
     q = state.block_quanta
     read = times is not None and len(times) == len(state.base_user) and now is not None
     if q == 1 and read:  # the quantum of the switch is left out: the segment is read from here
@@ -659,7 +662,7 @@ def _block_trial(state: LbdState, calls: float, times: Sequence[float] | None, s
     # As many quanta each way as the local trial had, in whole rounds of four segments (ABBA: a pace that
     # drifts steadily through the trial favours neither placement), judged at the end of each round.
     rounds = -(-_global_len(state, params) // (2 * params.look_quanta))
-    if segs % 4 or not (behind or segs >= 4 * rounds):
+    if segs % 4 or not (behind or lost or segs >= 4 * rounds):  # (a lost round: block can no longer be kept)
         return _trial_from(state, times, calls, idle, now, block=segs % 4 in (0, 3), block_quanta=1, **more)
     kept = not behind and not lost and fair and block > cyclic * (1 + params.block_margin)
     rate = (b_calls / b_cpu if kept else c_calls / c_cpu) if b_cpu > 0 and c_cpu > 0 else state.rate_local
