@@ -147,11 +147,11 @@ placement, and then `look_quanta` (3) quanta read. Each placement's MPI calls, s
 summed over its own segments; the trial runs as many rounds as give each placement as many quanta read as
 the local trial had. After each round, block `trial_margin` behind per second ends it in r mod P (a ring,
 1.5-1.9x slower in block, after 16 quanta), and so does a round that block did not lead: block can no
-longer be kept, and every round more costs the job its segments in block (rings at 0.73-0.82 of r mod P's
-pace went on to a second round, 2026-12-04). At the end, the block placement is kept if it made
-`block_margin` (5 %) more MPI calls per second of wall time than r mod P over the trial's segments, and
-more in each round of its own, with `window_calls` calls per rank in each placement and `wall_floor` of r
-mod P's calls per CPU second.
+longer be kept, and every round more costs the job its segments in block (11 of 18 default runs of rings,
+block at 0.77-1.04 of r mod P's pace over their trials, went on to a second round; 2026-12-04). At the
+end, the block placement is kept if it made `block_margin` (5 %) more MPI calls per second of wall time
+than r mod P over the trial's segments, and more in each round of its own, with `window_calls` calls per
+rank in each placement and `wall_floor` of r mod P's calls per CPU second.
 
 Why segments, not one look each way (2026-12-04, forty-first session): this node's speed moves by
 stretches. A fixed loop on both CPUs ran 1.6-3.4 s in 10 consecutive runs; in 4-ms steps, stretches of
