@@ -241,8 +241,8 @@ class Command(Program):
             seconds = float(t.group(1) if t.groups() else t.group(0))
         ok = res.returncode == 0 and bool(found)
         if not ok:  # why, on stderr: a plain reference run that failed so makes every way BAD, rarely, in CI
-            print(f"{self.name}: a run was not ok: exit {res.returncode}, {len(found)} results; its stderr: "
-                  f"{res.stderr[-1000:]!r}", file=sys.stderr)  # fmt: skip
+            print(f"{self.name}: a run was not ok: exit {res.returncode}, {len(found)} results; its stdout: "
+                  f"{res.stdout[-500:]!r}; its stderr: {res.stderr[-1000:]!r}", file=sys.stderr)  # fmt: skip
         return Run(ok, digest, seconds)
 
 
