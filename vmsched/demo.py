@@ -25,6 +25,7 @@ from rich.table import Table
 
 from vmsched.apps.result import parse_result
 from vmsched.config import format_cpu_list, load_config
+from vmsched.held_signals import unwind_on_sigterm
 from vmsched.launcher.history import partition_segments
 from vmsched.launcher.replay import cancel_all, start_daemon
 from vmsched.protocol import Client, DaemonUnavailable
@@ -112,8 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--state-dir", default=".vmsched-demo", help="local state directory (default ./.vmsched-demo)")
     ap.add_argument("--policy", default="fjt+easy:malleable/fifo", help="launcher policy (default %(default)s)")
     args = ap.parse_args(argv)
-    # A SIGTERM unwinds as Ctrl-C does: by default it would end the demo alone and leave its daemons running.
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
+    unwind_on_sigterm()  # by default a SIGTERM would end the demo alone and leave its daemons running
     console = Console()
     state = Path(args.state_dir).resolve()
     shutil.rmtree(state, ignore_errors=True)  # each demo starts from an empty queue

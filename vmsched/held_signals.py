@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import signal
+import sys
 import threading
 from collections.abc import Iterator
 
@@ -36,3 +37,12 @@ def held_signals(sigs: tuple[int, ...] = HELD) -> Iterator[None]:
             signal.signal(s, h)
         for s in came:
             old[s](s, None)
+
+
+def unwind_on_sigterm() -> None:
+    """Make SIGTERM unwind like Ctrl-C (SystemExit 143), so that every `with Manager()`, `finally` and
+    end_job runs: the private CPU manager, the jobs and the state directories go with the tool. By
+    default a SIGTERM ends the process at once and its CPU manager outlives it (vmsim-calibrate did,
+    2026-11-28; vmdemo left both its daemons so, 2026-12-04). For the tools' main(): the benchmarks',
+    vmsim-calibrate's, vmdemo's; their jobs start with `testing.started_job`."""
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))

@@ -26,7 +26,7 @@ from vmsched.config import Config, load_config
 from vmsched.cpumanager import shm_layout as L
 from vmsched.cpumanager.client import CpuManagerClient
 from vmsched.cpumanager.cpugroups import CpuGroups
-from vmsched.held_signals import held_signals
+from vmsched.held_signals import held_signals, unwind_on_sigterm  # noqa: F401 - the tools import it from here
 from vmsched.protocol import DaemonUnavailable
 from vmsched.vmruntime.shmclean import job_files, orphaned, remove_leftovers
 
@@ -159,14 +159,6 @@ class Manager:
         finally:
             if self._tmp is not None:
                 self._tmp.cleanup()
-
-
-def unwind_on_sigterm() -> None:
-    """Make SIGTERM unwind like Ctrl-C (SystemExit 143), so that every `with Manager()`, `finally` and
-    end_job runs: the private CPU manager, the jobs and the state directories go with the tool. By
-    default a SIGTERM ends the process at once and its CPU manager outlives it (vmsim-calibrate did,
-    2026-11-28). For the benchmarks' and vmsim-calibrate's main(); their jobs start with `started_job`."""
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
 
 
 @contextlib.contextmanager
