@@ -22,9 +22,9 @@ def test_a_users_program_runs_every_way_and_its_result_is_checked(tmp_path):
     # a ring timed by itself (--time), and a program whose "result" is its rank processes' pids: different
     # in every run, so never verified, and timed by its wall clock less the start-up
     exe = compile_c_program(REPO / "bench" / "patterns" / "patterns.c", tmp_path)
-    # flush=True: printed at exit, the line most likely left after mpi4py's MPI_Finalize (an atexit handler): lost
-    # in 2 CI runs of about 12 (the bench: "exit 0, 0 results"), so the plain reference run read BAD too
-    pids = f"{sys.executable} -c 'from mpi4py import MPI; import os; print(\"pid\", os.getpid(), flush=True)'"
+    # One write per rank: print() wrote "pid", " " and the number apart, and the two ranks' pieces interleaved on
+    # mpiexec's stdout ('pidpid  9803\n9804\n', CI 2026-12-04): the plain reference run then read BAD too
+    pids = f"{sys.executable} -c 'from mpi4py import MPI; import os; os.write(1, f\"pid {{os.getpid()}}\\n\".encode())'"
     r = subprocess.run(
         [sys.executable, str(BENCH), "--shapes", "2x1", "--ways", "local,again", "--min-s", "0.05",
          "--command", f"cring={exe} ring {{iters}} 0", "--check", r'cring="checksum": "(\w+)"',
