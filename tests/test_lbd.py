@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from vmsched.cpumanager.lbd import LbdParams, LbdState, idleness, lbd_step
+from vmsched.cpumanager.lbd import LbdParams, LbdState, idleness, lbd_step, stalled_cpus
 from vmsched.cpumanager.shm_layout import LBD_DECIDED, LBD_MEASURING, LBD_STABLE
 
 Q = 0.010  # seconds per quantum
@@ -943,3 +943,93 @@ def test_a_placement_trial_without_call_counts_ends_in_r_mod_p(block: bool) -> N
                     base_user=(0.1, 0.1), base_calls=100.0, base_wall=1.0, wall_local=1000.0)  # fmt: skip
     after = lbd_step(state, [], None, P, None)
     assert not after.block and not after.block_quanta and after.queue_local
+
+
+# Each rank's (MPI calls, context switches) over 0.1 s of groups 4x2 (bench/patterns.py) kept in block, read by
+# the CPU manager: both halves at work, then the first half done, waiting in its final MPI_Allreduce on
+# MPI_COMM_WORLD, its two ranks on CPU 0 handing the CPU to each other 10,000 times in 0.1 s (2026-12-04).
+BOTH_HALVES = ((12_194, 6_477), (12_194, 6_540), (11_054, 6_333), (11_054, 6_969))
+HALF_DONE = ((0, 10_650), (0, 10_650), (10_886, 6_251), (10_888, 6_688))
+
+
+def after_read(before: Sequence[tuple[float, float]], delta: Sequence[tuple[float, float]]) -> tuple:
+    return tuple((c + dc, s + ds) for (c, s), (dc, ds) in zip(before, delta, strict=True))
+
+
+@pytest.mark.parametrize(("delta", "stalled"), [
+    (HALF_DONE, (0,)),
+    (BOTH_HALVES, ()),
+    ((HALF_DONE[0], (0, 0), *HALF_DONE[2:]), ()),  # rank 1 computes through the read: CPU 0 is not wasted
+    (((0, 0), (0, 0), *HALF_DONE[2:]), ()),  # both compute (or sleep) through it: no hand-offs, no reading
+    (((0, 900), (0, 900), (0, 800), (0, 700)), ()),  # no calls anywhere: the whole job waits, not one CPU
+    (((0, 5), (0, 5), (40, 3), (0, 2)), (0,)),  # a CPU's ranks wait while one rank elsewhere goes on
+])  # fmt: skip
+def test_a_stalled_cpu_is_one_whose_ranks_all_wait_in_vain_while_others_go_on(delta: tuple, stalled: tuple) -> None:
+    before = ((50_000.0, 9_000.0),) * 4
+    assert stalled_cpus(before, after_read(before, delta), 2) == stalled
+    assert stalled_cpus(before[:3], after_read(before, delta), 2) == ()  # reads that do not match: none
+    assert stalled_cpus(before[:2], after_read(before[:2], delta[:2]), 2) == ()  # a rank per CPU: nothing to place
+
+
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 3)), min_size=3, max_size=16), st.integers(2, 4))
+def test_a_stalled_cpu_never_holds_a_rank_that_made_a_call(delta: list[tuple[int, int]], ncpus: int) -> None:
+    before = [(100.0, 100.0)] * len(delta)
+    stalled = stalled_cpus(before, after_read(before, delta), ncpus)
+    homes = [r * ncpus // len(delta) for r in range(len(delta))]  # block: partition.home_cpu
+    assert all(delta[r][0] == 0 and delta[r][1] > 0 for r in range(len(delta)) if homes[r] in stalled)
+    assert not stalled or any(delta[r][0] > 0 for r in range(len(delta)) if homes[r] not in stalled)
+
+
+def kept_block(**more: object) -> LbdState:
+    """A job that its placement trial kept in block (r mod P read at 360,000 calls per second, block at
+    400,000), at the quantum before a watch read, its last read's ranks as BOTH_HALVES left them."""
+    ranks = after_read(((0.0, 0.0),) * 4, BOTH_HALVES)
+    state = LbdState(LBD_DECIDED, local=True, decisions=1, wall_local=400_000.0, since_decision=P.watch_quanta - 1,
+                     base_user=(0.0,) * 4, watch=(sum(c for c, _ in ranks), 1.0, 4, None), paced=True, block=True,
+                     wall_block=400_000.0, wall_cyclic=360_000.0, watch_ranks=ranks,
+                     look=((36_000.0, 40_000.0), (0.1, 0.1), (0.2, 0.2)), rate_local=200_000.0)  # fmt: skip
+    return replace(state, **more)  # type: ignore[arg-type]
+
+
+def watch_read(state: LbdState, delta: Sequence[tuple[float, float]], now: float, ncpus: int = 2) -> LbdState:
+    """Step to the next watch read, the ranks having made `delta` (calls, switches) since the last one."""
+    for _ in range(P.watch_quanta - 1 - state.since_decision % P.watch_quanta):  # no read between watch reads
+        state = lbd_step(state, [], None, P, calls=state.watch[0], ncpus=ncpus)  # type: ignore[index]
+    ranks = after_read(state.watch_ranks or ((0.0, 0.0),) * 4, delta)
+    return lbd_step(state, [s for _, s in ranks], [1.0] * 4, P, calls=sum(c for c, _ in ranks), ncpus=ncpus,
+                    now=now, rank_calls=[c for c, _ in ranks])  # fmt: skip
+
+
+def test_a_cpu_stalled_at_two_watch_reads_in_a_row_ends_the_block_placement() -> None:
+    """groups 4x2 kept block in about a third of its default runs (its trial read block 1.07-1.25x as fast
+    while both halves ran), then ran 3.1-3.9 s against 1.4-1.9 s: once the first half is done, its CPU
+    only hands itself between its two waiting ranks. Its calls per second did not fall (the second half's
+    pace is its own), so the watch never re-measured it."""
+    one = watch_read(kept_block(), HALF_DONE, 1.1)
+    assert one.block and one.watch_stall and not one.watch_low and one.phase == LBD_DECIDED
+    two = watch_read(one, HALF_DONE, 1.2)
+    assert not two.block and two.unblocked and two.queue_local and two.phase == LBD_DECIDED
+    assert two.wall_local == 360_000.0 and two.rate_local == pytest.approx(180_000.0)  # r mod P's pace, its trial's
+    assert not two.watch_stall and two.watch_ranks == ()  # (no ranks' reads out of block)
+    # Watched on from there in r mod P; the next decision (its periodic re-measure) tries block again.
+    three = watch_read(two, HALF_DONE, 1.3)
+    assert not three.block and three.phase == LBD_DECIDED and three.queue_local
+    # A read between two stalled ones that finds both halves at work starts the count again.
+    normal = watch_read(one, BOTH_HALVES, 1.2)
+    assert normal.block and not normal.watch_stall
+    assert watch_read(normal, HALF_DONE, 1.3).block
+
+
+@pytest.mark.parametrize("case", ["r mod P", "no ranks' calls"])
+def test_a_stalled_cpu_is_read_only_in_block(case: str) -> None:
+    """In r mod P each CPU's ranks are every P-th: a CPU of waiting ranks there is the program's doing, and
+    the watch's fall judges it. Without each rank's calls (the manager gives them only where every rank of
+    the job is tracked) there is no reading, and the count of stalled reads starts again."""
+    if case == "r mod P":
+        state = kept_block(block=False, watch_ranks=())
+        after = watch_read(watch_read(state, HALF_DONE, 1.1), HALF_DONE, 1.2)
+    else:
+        state = kept_block(watch_stall=True)
+        after = lbd_step(state, [], [1.0] * 4, P, calls=state.watch[0] + 11_000.0, ncpus=2, now=1.1)  # type: ignore[index]
+        assert after.watch == (state.watch[0] + 11_000.0, 1.1, 4, None)  # type: ignore[index]  # a read
+    assert after.block == state.block and not after.unblocked and not after.watch_stall

@@ -133,3 +133,41 @@ def test_the_detector_tries_a_block_placement_and_the_table_follows(tmp_path: Pa
     decided_after = any("action=lbd_decision" in x for x in lines[placed[-1] + 1 :])
     want = "block" if trials[-1][0] == "true" and not decided_after else "cyclic"
     assert placements[-1] == want, (placements, lines)
+
+
+def test_a_cpu_of_a_block_placement_whose_ranks_only_wait_goes_back_to_r_mod_p(patterns: Path) -> None:
+    """`halves` (bench/patterns/patterns.c): halo-persist on 4 ranks, which keeps a block placement in most
+    runs (ranks 0, 1 on CPU 0), then ranks 2, 3 alone for 3 times as many rounds while 0 and 1 wait in the
+    final reductions: CPU 0 then only hands itself between two waiting ranks. The watch ends block (logged
+    with that CPU), the job's entry reads r mod P again, and the result is plain mpiexec's. Up to four runs,
+    until one keeps block (5 of 6 did on this 2-CPU node; the trial that decides it is tests/test_lbd.py's)."""
+    argv = [str(patterns), "halves", "20000", "1"]
+    runs = []
+    with Manager(cpus="0-1") as m:
+        for job in range(911, 915):
+            cmd = vmrun_cmd(m.state_dir, 4, 2, argv, queue="lbd", job_id=job)
+            proc = subprocess.Popen(cmd, env=m.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            placements: list[str] = []
+            try:
+                while proc.poll() is None:
+                    jobs = [j for j in m.status()["jobs"] if j["job"] == job]
+                    if jobs and (not placements or placements[-1] != jobs[0]["placement"]):
+                        placements.append(jobs[0]["placement"])
+                    time.sleep(0.005)
+                out, err = proc.communicate(timeout=120)
+            finally:
+                end_job(proc)
+            assert proc.returncode == 0, err
+            lines = [x for x in m.log_path.read_text().splitlines() if f" job={job} " in x and "action=lbd_" in x]
+            runs.append((out, placements, lines))
+            if any("placement=block kept=true" in x for x in lines):
+                break
+    out, placements, lines = runs[-1]
+    kept = [k for k, x in enumerate(lines) if "placement=block kept=true" in x]
+    assert kept, f"no run of {len(runs)} kept block: {[r[2] for r in runs]}"
+    ended = [x for x in lines[kept[-1] + 1 :] if "action=lbd_placement" in x]
+    assert ended and "placement=cyclic why=stalled_cpu stalled=0 " in ended[0], lines
+    assert "block" in placements and placements[-1] == "cyclic", (placements, lines)
+    plain = subprocess.run([mpiexec(), "-n", "4", *argv], capture_output=True, text=True, timeout=120)
+    mine, theirs = json.loads(out.strip().splitlines()[-1]), json.loads(plain.stdout.strip().splitlines()[-1])
+    assert mine["ok"] is True and mine["checksum"] == theirs["checksum"]

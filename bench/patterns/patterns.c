@@ -7,7 +7,8 @@
  * halo-persist (the same stencil, its halo exchanged by persistent requests), groups (each half of the
  * ranks reduces on a communicator of its own, the second half for 4 times the rounds), overlap (each
  * round starts an MPI_Iallreduce, computes while it is in flight, then waits for it), drift (two halves
- * drifting apart: tests/test_runtime_lbd.py's case, not the bench's). ITERS:
+ * drifting apart: tests/test_runtime_lbd.py's case, not the bench's), halves (halo-persist, then its second
+ * half of ranks alone: tests/test_runtime_placement.py's case). ITERS:
  * rounds; WORK: compute units per rank per round (one unit is a fixed number of arithmetic steps).
  * Rank 0 prints one JSON line: {"pattern", "ok", "checksum", "elapsed_s"}. "ok" is the program's own
  * check (every token, item, task and reduction arrived and adds up); "checksum" depends on the
@@ -280,23 +281,47 @@ static uint64_t halo_rma(long iters, long work) {
 /* The same stencil with its halo exchanged by persistent requests, as stencil codes set them up once
  * (MPI_Recv_init, MPI_Send_init) and start them every round (MPI_Startall, then MPI_Waitall). Its
  * checksum is halo-rma's. */
-static uint64_t halo_persist(long iters, long work) {
-    int64_t *u = malloc(sizeof(int64_t) * (N1 + 2)), *v = malloc(sizeof(int64_t) * (N1 + 2));
-    int left = (rank + size - 1) % size, right = (rank + 1) % size;
-    for (int i = 1; i <= N1; i++) u[i] = (int64_t)(mix((uint64_t)(rank * N1 + i)) % 1000);
+static uint64_t persist_rounds(MPI_Comm comm, long from, long to, long work, int64_t *u, int64_t *v, uint64_t acc) {
+    int me, n;
+    MPI_Comm_rank(comm, &me);
+    MPI_Comm_size(comm, &n);
+    int left = (me + n - 1) % n, right = (me + 1) % n;
     MPI_Request rq[4];
-    MPI_Recv_init(&u[0], 1, MPI_INT64_T, left, 0, MPI_COMM_WORLD, &rq[0]);       /* left's last cell */
-    MPI_Recv_init(&u[N1 + 1], 1, MPI_INT64_T, right, 1, MPI_COMM_WORLD, &rq[1]); /* right's first cell */
-    MPI_Send_init(&u[N1], 1, MPI_INT64_T, right, 0, MPI_COMM_WORLD, &rq[2]);
-    MPI_Send_init(&u[1], 1, MPI_INT64_T, left, 1, MPI_COMM_WORLD, &rq[3]);
-    uint64_t acc = 0;
-    for (long it = 0; it < iters; it++) {
+    MPI_Recv_init(&u[0], 1, MPI_INT64_T, left, 0, comm, &rq[0]);       /* left's last cell */
+    MPI_Recv_init(&u[N1 + 1], 1, MPI_INT64_T, right, 1, comm, &rq[1]); /* right's first cell */
+    MPI_Send_init(&u[N1], 1, MPI_INT64_T, right, 0, comm, &rq[2]);
+    MPI_Send_init(&u[1], 1, MPI_INT64_T, left, 1, comm, &rq[3]);
+    for (long it = from; it < to; it++) {
         MPI_Startall(4, rq);
         MPI_Waitall(4, rq, MPI_STATUSES_IGNORE);
         stencil1(u, v);
         acc ^= compute(work, (uint64_t)(it * size + rank));
     }
     for (int i = 0; i < 4; i++) MPI_Request_free(&rq[i]);
+    return acc;
+}
+
+static uint64_t halo_persist(long iters, long work) {
+    int64_t *u = malloc(sizeof(int64_t) * (N1 + 2)), *v = malloc(sizeof(int64_t) * (N1 + 2));
+    for (int i = 1; i <= N1; i++) u[i] = (int64_t)(mix((uint64_t)(rank * N1 + i)) % 1000);
+    uint64_t sum = stencil1_sum(u, persist_rounds(MPI_COMM_WORLD, 0, iters, work, u, v, 0));
+    free(u), free(v);
+    return sum;
+}
+
+/* halo-persist for ITERS rounds, then its second half of ranks alone (a stencil of their own) for 3 times as
+ * many, while the first half waits in the final reductions on MPI_COMM_WORLD: a job that a block placement
+ * suits at first, and then leaves a CPU to ranks that only wait (cpumanager/lbd.py, "A stalled CPU ends
+ * block"; tests/test_runtime_placement.py's case, not the bench's). */
+static uint64_t halves(long iters, long work) {
+    int64_t *u = malloc(sizeof(int64_t) * (N1 + 2)), *v = malloc(sizeof(int64_t) * (N1 + 2));
+    for (int i = 1; i <= N1; i++) u[i] = (int64_t)(mix((uint64_t)(rank * N1 + i)) % 1000);
+    uint64_t acc = persist_rounds(MPI_COMM_WORLD, 0, iters, work, u, v, 0);
+    int g = rank >= size / 2;
+    MPI_Comm comm;
+    MPI_Comm_split(MPI_COMM_WORLD, g, rank, &comm);
+    if (g) acc = persist_rounds(comm, iters, 4 * iters, work, u, v, acc);
+    MPI_Comm_free(&comm);
     uint64_t sum = stencil1_sum(u, acc);
     free(u), free(v);
     return sum;
@@ -435,6 +460,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(name, "groups")) sum = groups(iters, work);
     else if (!strcmp(name, "overlap")) sum = overlap(iters, work);
     else if (!strcmp(name, "drift")) sum = drift(iters, work);
+    else if (!strcmp(name, "halves")) sum = halves(iters, work);
     else {
         if (rank == 0) fprintf(stderr, "patterns: unknown pattern %s\n", name);
         MPI_Finalize();

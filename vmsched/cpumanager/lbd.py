@@ -273,6 +273,25 @@ row, and 7 of 34 runs were re-measured so, 2.8-2.9 s after the trial: three were
 idleness, two by a reverse trial, two went to the global queue by a failed one (one back 1.3 s later).
 Its periodic re-measure still comes.
 
+A stalled CPU ends block (ours, 2026-12-04): a placement trial judges the first second, and a block
+placement can go wrong after it. groups 4x2 (bench/patterns.py: each half of the ranks reduces on a
+communicator of its own, the second for 4 times the rounds) kept block in 3 of 10 default runs, its trial
+reading block 1.07-1.25x as fast while both halves ran, and those runs took 3.1-3.9 s against 1.4-2.0 s:
+once the first half is done, its two ranks on CPU 0 wait in the final MPI_Allreduce and hand that CPU to
+each other (10,000-11,300 context switches each per 0.1 s, half a CPU each, no MPI call), while the second
+half shares CPU 1. The watch never saw it: the job's calls per second did not fall (the second half's pace
+is its own), nor did the partition stand idle. So at each watch read of a job in block the detector also
+reads each rank's MPI calls and context switches (the manager's counters): a CPU whose every rank made no
+call since the last read and gave up its CPU at MPI waits, while ranks of another CPU made calls, is
+stalled (`stalled_cpus`), and two reads in a row that find one put the job back in r mod P (logged
+`lbd_placement why=stalled_cpu`), at r mod P's pace over its placement trial, watched on from there. A
+rank that computes through a read makes no call and no switch: its CPU is working, not stalled. In r mod P
+each CPU's ranks are every P-th one, and no placement change follows from them. With the rule, 4 of 10
+groups 4x2 runs kept block and each went back to r mod P some 0.55 s later (1.77-1.82 s, the others
+1.57-1.71 s); no run of ring-rev 8x2, tree 4x2 and 8x2 or halo-persist 4x2 that kept block left it (12
+runs). tests/test_runtime_placement.py runs `halves` (patterns.c: halo-persist, then its second half
+alone), which keeps block in most runs and stalls CPU 0 after it.
+
 One CPU (ours): a partition of one CPU has nothing to balance - one token, every rank in its one
 queue - so the detector decides local queues at once, without measuring (`one_cpu`), and measures
 afresh, on the global queue, when the partition grows. On one CPU the two queues differ only in whom
@@ -287,7 +306,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from math import sqrt
 
-from vmsched.cpumanager.shm_layout import LBD_DECIDED, LBD_MEASURING, LBD_STABLE
+from vmsched.cpumanager.partition import home_cpu
+from vmsched.cpumanager.shm_layout import LBD_DECIDED, LBD_MEASURING, LBD_STABLE, PLACE_BLOCK
 
 
 @dataclass(frozen=True)
@@ -364,6 +384,9 @@ class LbdState:
     # MPI calls, time, ranks and the job's CPU seconds (None: no idle times) at a decided-local job's last watch read
     watch: tuple[float, float, int, float | None] | None = None
     watch_low: bool = False  # that read found the job's progress fallen: the next one low too re-measures it
+    # Each rank's MPI calls and context switches at that read (a job in block placement only) ...
+    watch_ranks: tuple[tuple[float, float], ...] = ()
+    watch_stall: bool = False  # ... and whether it found a CPU stalled: the next one too ends block
     fell: bool = False  # the running re-measure began because the job's progress fell (not the periodic one)
     paced: bool = False  # the kept local trial held `window_calls` calls per rank: its pace is the watch's measure
     block: bool = False  # local queues in a block placement (rank r of N on CPU r * P / N), not r mod P
@@ -375,6 +398,7 @@ class LbdState:
     rounds_lost: int = 0  # rounds of the placement trial in which block made no more calls per second
     wall_block: float | None = None  # MPI calls per second of wall time in block over the last placement trial
     wall_cyclic: float | None = None  # ... in r mod P over it
+    unblocked: bool = False  # the last change of placement: block ended by the watch, a CPU of it stalled
 
     @property
     def queue_local(self) -> bool:
@@ -479,7 +503,8 @@ def _decide(state: LbdState, ip: float | None, local: bool, times: tuple[float, 
                    against=0, below=0, decisions=state.decisions + 1, since_decision=0, rate_global=rate,
                    rate_local=None, wall_local=None, trial_quanta=1 if trial else 0, trial_base=calls or 0.0,
                    trial_len=quanta, hold_global=False, band=False, unread=False, global_quanta=0,
-                   global_faster=False, watch=None, watch_low=False, block=False, block_quanta=0)  # fmt: skip
+                   global_faster=False, watch=None, watch_low=False, watch_ranks=(), watch_stall=False, block=False,
+                   block_quanta=0, unblocked=False)  # fmt: skip
 
 
 def _trial_due(state: LbdState, params: LbdParams) -> bool:
@@ -711,6 +736,32 @@ def watched_rates(state: LbdState, calls: float, now: float, cpu: float | None) 
     return (calls - state.watch[0]) / (now - state.watch[1]), (calls - state.watch[0]) / used if used else None
 
 
+def stalled_cpus(before: Sequence[tuple[float, float]], after: Sequence[tuple[float, float]],
+                 ncpus: int) -> tuple[int, ...]:  # fmt: skip
+    """The CPUs (indices in the partition) of a job in block placement on which, between two reads of its
+    ranks' (MPI calls, context switches), every rank made no MPI call and gave up its CPU at MPI waits: its
+    ranks wait, in calls begun before, for ranks of other CPUs, and hand the CPU to each other in vain.
+    Empty unless ranks of another CPU made calls meanwhile (the job went on there: a CPU of its partition
+    did nothing for it), or where the reads do not match."""
+    n = len(after)
+    if len(before) != n or ncpus < 2 or n <= ncpus:
+        return ()
+    homes = [home_cpu(r, n, ncpus, PLACE_BLOCK) for r in range(n)]
+    made = [a[0] - b[0] for a, b in zip(after, before, strict=True)]
+    gave = [a[1] - b[1] for a, b in zip(after, before, strict=True)]
+    still = tuple(c for c in range(ncpus) if all(made[r] <= 0 and gave[r] > 0 for r in range(n) if homes[r] == c))
+    return still if any(made[r] > 0 for r in range(n) if homes[r] not in still) else ()
+
+
+def _unblocked(state: LbdState, since: int, watch: tuple[float, float, int, float | None]) -> LbdState:
+    """Block ended by the watch (module docstring: "A stalled CPU ends block"): r mod P, at its pace over
+    the placement trial, watched from this read."""
+    (c_calls, _), _, (c_cpu, _) = state.look
+    return replace(state, since_decision=since, watch=watch, watch_low=False, watch_ranks=(), watch_stall=False,
+                   block=False, unblocked=True, wall_local=state.wall_cyclic or state.wall_local,
+                   rate_local=c_calls / c_cpu if c_cpu > 0 else state.rate_local)  # fmt: skip
+
+
 def _next_window(state: LbdState, times: tuple[float, ...], calls: float | None, idle: float | None,
                  now: float | None, since: int, **more: object) -> LbdState:  # fmt: skip
     """A window opens at this read: its bases are the ranks' CPU times, their calls, the partition's idle
@@ -728,6 +779,7 @@ def lbd_step(
     ncpus: int | None = None,
     idle: float | None = None,
     now: float | None = None,
+    rank_calls: Sequence[float] | None = None,
 ) -> LbdState:
     """Advance the detector by one quantum. `switches`: the ranks' context-switch counts (needed while
     measuring only). `user_times`: the ranks' CPU times in seconds, given when
@@ -736,7 +788,8 @@ def lbd_step(
     size of the job's partition (None: not known; 0: none now, nothing to measure). `idle`: the idle CPU
     seconds of the job's partition so far, read with `user_times` (None: not known; the trials then
     count the ranks' CPU time alone). `now`: the time of that read, in seconds (None: the reverse trials
-    compare progress per CPU second alone)."""
+    compare progress per CPU second alone). `rank_calls`: each rank's MPI calls so far, in rank order, with
+    `switches` (a job in block placement, every rank of it read: the watch's stalled CPUs)."""
     if ncpus is not None:
         if ncpus == 0:
             return state
@@ -764,14 +817,20 @@ def lbd_step(
         watched = _watching(state, params, since) and user_times is not None and calls is not None and now is not None
         cpu = job_cpu_now(user_times, idle) if watched else None  # type: ignore[arg-type]
         low = _watch_read_low(state, calls, now, cpu, len(user_times), params) if watched else None  # type: ignore[arg-type]
+        read = state.block and rank_calls is not None and len(switches) == len(rank_calls)
+        ranks = tuple(zip(rank_calls, switches, strict=True)) if read else ()  # type: ignore[arg-type]
+        stall = bool(low is not None and ncpus and stalled_cpus(state.watch_ranks, ranks, ncpus))
+        n = len(user_times) if user_times is not None else 0
+        if stall and state.watch_stall and since < params.remeasure_quanta:  # two reads in a row
+            return _unblocked(state, since, (calls, now, n, cpu))  # type: ignore[arg-type]
         fell = bool(low and state.watch_low)  # two reads in a row: one is a stretch of outside load
         if since >= params.remeasure_quanta or fell:  # back to the global queue for one window
             return replace(state, phase=LBD_STABLE, base_user=(), quanta_stable=0, since_decision=since,
                            trial_quanta=0, hold_global=False, struck=False, watch=None, watch_low=False,
-                           fell=fell)  # fmt: skip
-        n = len(user_times) if user_times is not None else 0
+                           watch_ranks=(), watch_stall=False, fell=fell)  # fmt: skip
         if watched and (low is not None or state.watch is None or state.watch[2] != n):  # the next compares with it
-            return replace(state, since_decision=since, watch=(calls, now, n, cpu), watch_low=bool(low))  # type: ignore[arg-type]
+            return replace(state, since_decision=since, watch=(calls, now, n, cpu), watch_low=bool(low),  # type: ignore[arg-type]
+                           watch_ranks=ranks, watch_stall=stall)  # fmt: skip
         return replace(state, since_decision=since)
     if user_times is None:
         return replace(state, quanta_stable=state.quanta_stable + 1, since_decision=since)

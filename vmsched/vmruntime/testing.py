@@ -202,11 +202,11 @@ def lbd_decisions(log_text: str, job_id: int) -> str:
     """The detector's decisions for one job, first to last, from the CPU manager's log (its `lbd_decision`
     events), each with its time since the job was admitted: `local (idleness, IP 4.7 %, 0.21 s) > global
     (local_slower, IP 27.7 %, 0.32 s)`, `> block (0.52 s)` where a placement trial kept a block placement,
-    then `; settled 0.55 s`: the last event that moved the job between queues or placements (a decision, a
-    lost global trial, the end of a placement trial), where the job spent the time before on the global queue
-    or trying. Without time stamps, the decisions alone; `undecided` if none. The benchmarks print them
-    beside a default run: one slower than a fixed queue is the detector's doing, and the settling time
-    bounds what measuring cost it."""
+    `> r mod P (stalled_cpu, 1.10 s)` where the watch ended it, then `; settled 0.55 s`: the last event that
+    moved the job between queues or placements (a decision, a lost global trial, the end of a placement trial,
+    the watch's end of block), where the job spent the time before on the global queue or trying. Without
+    time stamps, the decisions alone; `undecided` if none. The benchmarks print them beside a default run: one
+    slower than a fixed queue is the detector's doing, and the settling time bounds what measuring cost it."""
     admit = re.search(rf"{_STAMP}.*action=admit job={job_id} ", log_text, re.M)
     t0 = datetime.fromisoformat(admit.group(1)) if admit and admit.group(1) else None
     pattern = (rf"{_STAMP}.*action=lbd_decision job={job_id} cvcs=[0-9.e-]+ ip=([0-9.e-]+) queue=(\w+) "
@@ -218,14 +218,24 @@ def lbd_decisions(log_text: str, job_id: int) -> str:
     def since(stamp: str) -> str:
         return f"{(datetime.fromisoformat(stamp) - t0).total_seconds():.2f} s" if t0 and stamp else ""
 
-    text = " > ".join(f"{queue} ({why}, IP {100 * float(ip):.1f} %{', ' + since(at) if since(at) else ''})"
-                      for at, ip, queue, why in hits)  # fmt: skip
-    lost = re.findall(rf"{_STAMP}.*action=lbd_trial job={job_id} queue=global kept=false", log_text, re.M)
+    def when(at: str) -> str:
+        return ", " + since(at) if since(at) else ""
+
+    # (position in the log, text) of each move, in the order the log wrote them
+    moves = [(m.start(), f"{m[3]} ({m[4]}, IP {100 * float(m[2]):.1f} %{when(m[1])})")
+             for m in re.finditer(pattern, log_text, re.M)]  # fmt: skip
     # Placement trials (module lbd: "Placement trial"): one kept shows as `> block`; either moved the ranks.
-    placed = re.findall(rf"{_STAMP}.*action=lbd_trial job={job_id} queue=local placement=block kept=(\w+)",
-                        log_text, re.M)  # fmt: skip
-    text += "".join(f" > block{' (' + since(at) + ')' if since(at) else ''}" for at, kept in placed if kept == "true")
-    settled = since(max([hits[-1][0], *lost, *(at for at, _ in placed)]))  # (ISO stamps sort as the times they name)
+    placed = list(re.finditer(rf"{_STAMP}.*action=lbd_trial job={job_id} queue=local placement=block kept=(\w+)",
+                              log_text, re.M))  # fmt: skip
+    moves += [(m.start(), f"block{' (' + since(m[1]) + ')' if since(m[1]) else ''}") for m in placed if m[2] == "true"]
+    # Block ended by the watch, a CPU of it stalled (module lbd: "A stalled CPU ends block").
+    unblocked = list(re.finditer(rf"{_STAMP}.*action=lbd_placement job={job_id} placement=cyclic why=(\w+)",
+                                 log_text, re.M))  # fmt: skip
+    moves += [(m.start(), f"r mod P ({m[2]}{when(m[1])})") for m in unblocked]
+    text = " > ".join(t for _, t in sorted(moves))
+    lost = re.findall(rf"{_STAMP}.*action=lbd_trial job={job_id} queue=global kept=false", log_text, re.M)
+    moved = [hits[-1][0], *lost, *(m[1] or "" for m in placed), *(m[1] or "" for m in unblocked)]
+    settled = since(max(moved))  # (ISO stamps sort as the times they name)
     return f"{text}; settled {settled}" if settled else text
 
 
