@@ -287,8 +287,8 @@ stalled (`stalled_cpus`), and two reads in a row that find one put the job back 
 `lbd_placement why=stalled_cpu`), at r mod P's pace over its placement trial, watched on from there. A
 rank that computes through a read makes no call and no switch: its CPU is working, not stalled. In r mod P
 each CPU's ranks are every P-th one, and no placement change follows from them. With the rule, 4 of 10
-groups 4x2 runs kept block and each went back to r mod P some 0.55 s later (1.77-1.82 s, the others
-1.57-1.71 s); no run of ring-rev 8x2, tree 4x2 and 8x2 or halo-persist 4x2 that kept block left it (12
+groups 4x2 runs kept block and each went back to r mod P 0.58 s later (1.77-1.82 s, the others
+1.58-1.71 s); no run of ring-rev 8x2, tree 4x2 and 8x2 or halo-persist 4x2 that kept block left it (12
 runs). tests/test_runtime_placement.py runs `halves` (patterns.c: halo-persist, then its second half
 alone), which keeps block in most runs and stalls CPU 0 after it.
 
