@@ -956,28 +956,42 @@ def after_read(before: Sequence[tuple[float, float]], delta: Sequence[tuple[floa
     return tuple((c + dc, s + ds) for (c, s), (dc, ds) in zip(before, delta, strict=True))
 
 
-@pytest.mark.parametrize(("delta", "stalled"), [
-    (HALF_DONE, (0,)),
-    (BOTH_HALVES, ()),
-    ((HALF_DONE[0], (0, 0), *HALF_DONE[2:]), ()),  # rank 1 computes through the read: CPU 0 is not wasted
-    (((0, 0), (0, 0), *HALF_DONE[2:]), ()),  # both compute (or sleep) through it: no hand-offs, no reading
-    (((0, 900), (0, 900), (0, 800), (0, 700)), ()),  # no calls anywhere: the whole job waits, not one CPU
-    (((0, 5), (0, 5), (40, 3), (0, 2)), (0,)),  # a CPU's ranks wait while one rank elsewhere goes on
+# The same shape in r mod P (CPU 0: ranks 0 and 2): the even ranks done, the odd ones at work (patterns.c's
+# ring-odd).
+EVENS_DONE = ((0, 10_650), (10_886, 6_251), (0, 10_650), (10_888, 6_688))
+
+
+@pytest.mark.parametrize(("delta", "block", "stalled"), [
+    (HALF_DONE, True, (0,)),
+    (HALF_DONE, False, ()),  # in r mod P each of those CPUs has a rank at work
+    (EVENS_DONE, False, (0,)),
+    (EVENS_DONE, True, ()),
+    (BOTH_HALVES, True, ()),
+    (BOTH_HALVES, False, ()),
+    ((HALF_DONE[0], (0, 0), *HALF_DONE[2:]), True, ()),  # rank 1 computes through the read: CPU 0 is not wasted
+    (((0, 0), (0, 0), *HALF_DONE[2:]), True, ()),  # both compute (or sleep) through it: no hand-offs, no reading
+    (((0, 900), (0, 900), (0, 800), (0, 700)), True, ()),  # no calls anywhere: the whole job waits, not one CPU
+    (((0, 900), (0, 900), (0, 800), (0, 700)), False, ()),
+    (((0, 5), (0, 5), (40, 3), (0, 2)), True, (0,)),  # a CPU's ranks wait while one rank elsewhere goes on
 ])  # fmt: skip
-def test_a_stalled_cpu_is_one_whose_ranks_all_wait_in_vain_while_others_go_on(delta: tuple, stalled: tuple) -> None:
+def test_a_stalled_cpu_is_one_whose_ranks_all_wait_in_vain_while_others_go_on(delta: tuple, block: bool,
+                                                                               stalled: tuple) -> None:  # fmt: skip
     before = ((50_000.0, 9_000.0),) * 4
-    assert stalled_cpus(before, after_read(before, delta), 2) == stalled
-    assert stalled_cpus(before[:3], after_read(before, delta), 2) == ()  # reads that do not match: none
-    assert stalled_cpus(before[:2], after_read(before[:2], delta[:2]), 2) == ()  # a rank per CPU: nothing to place
+    assert stalled_cpus(before, after_read(before, delta), 2, block) == stalled
+    assert stalled_cpus(before[:3], after_read(before, delta), 2, block) == ()  # reads that do not match: none
+    assert stalled_cpus(before[:2], after_read(before[:2], delta[:2]), 2, block) == ()  # a rank per CPU
 
 
-@given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 3)), min_size=3, max_size=16), st.integers(2, 4))
-def test_a_stalled_cpu_never_holds_a_rank_that_made_a_call(delta: list[tuple[int, int]], ncpus: int) -> None:
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 3)), min_size=3, max_size=16), st.integers(2, 4),
+       st.booleans())  # fmt: skip
+def test_a_stalled_cpu_never_holds_a_rank_that_made_a_call(delta: list[tuple[int, int]], ncpus: int,
+                                                           block: bool) -> None:  # fmt: skip
     before = [(100.0, 100.0)] * len(delta)
-    stalled = stalled_cpus(before, after_read(before, delta), ncpus)
-    homes = [r * ncpus // len(delta) for r in range(len(delta))]  # block: partition.home_cpu
-    assert all(delta[r][0] == 0 and delta[r][1] > 0 for r in range(len(delta)) if homes[r] in stalled)
-    assert not stalled or any(delta[r][0] > 0 for r in range(len(delta)) if homes[r] not in stalled)
+    stalled = stalled_cpus(before, after_read(before, delta), ncpus, block)
+    n = len(delta)
+    homes = [r * ncpus // n if block else r % ncpus for r in range(n)]  # partition.home_cpu
+    assert all(delta[r][0] == 0 and delta[r][1] > 0 for r in range(n) if homes[r] in stalled)
+    assert not stalled or any(delta[r][0] > 0 for r in range(n) if homes[r] not in stalled)
 
 
 def kept_block(**more: object) -> LbdState:
@@ -991,12 +1005,21 @@ def kept_block(**more: object) -> LbdState:
     return replace(state, **more)  # type: ignore[arg-type]
 
 
-def watch_read(state: LbdState, delta: Sequence[tuple[float, float]], now: float, ncpus: int = 2) -> LbdState:
+def kept_cyclic(**more: object) -> LbdState:
+    """The same job, kept in r mod P by its placement trial (r mod P at 400,000 calls per second, block at
+    300,000)."""
+    fields = {"block": False, "wall_local": 400_000.0, "wall_block": 300_000.0, "wall_cyclic": 400_000.0,
+              "look": ((40_000.0, 30_000.0), (0.1, 0.1), (0.2, 0.25))}  # fmt: skip
+    return kept_block(**{**fields, **more})
+
+
+def watch_read(state: LbdState, delta: Sequence[tuple[float, float]], now: float, ncpus: int = 2,
+               params: LbdParams = P) -> LbdState:  # fmt: skip
     """Step to the next watch read, the ranks having made `delta` (calls, switches) since the last one."""
-    for _ in range(P.watch_quanta - 1 - state.since_decision % P.watch_quanta):  # no read between watch reads
-        state = lbd_step(state, [], None, P, calls=state.watch[0], ncpus=ncpus)  # type: ignore[index]
+    for _ in range(params.watch_quanta - 1 - state.since_decision % params.watch_quanta):  # no read between them
+        state = lbd_step(state, [], None, params, calls=state.watch[0], ncpus=ncpus)  # type: ignore[index]
     ranks = after_read(state.watch_ranks or ((0.0, 0.0),) * 4, delta)
-    return lbd_step(state, [s for _, s in ranks], [1.0] * 4, P, calls=sum(c for c, _ in ranks), ncpus=ncpus,
+    return lbd_step(state, [s for _, s in ranks], [1.0] * 4, params, calls=sum(c for c, _ in ranks), ncpus=ncpus,
                     now=now, rank_calls=[c for c, _ in ranks])  # fmt: skip
 
 
@@ -1008,28 +1031,56 @@ def test_a_cpu_stalled_at_two_watch_reads_in_a_row_ends_the_block_placement() ->
     one = watch_read(kept_block(), HALF_DONE, 1.1)
     assert one.block and one.watch_stall and not one.watch_low and one.phase == LBD_DECIDED
     two = watch_read(one, HALF_DONE, 1.2)
-    assert not two.block and two.unblocked and two.queue_local and two.phase == LBD_DECIDED
+    assert not two.block and two.moved and two.queue_local and two.phase == LBD_DECIDED
     assert two.wall_local == 360_000.0 and two.rate_local == pytest.approx(180_000.0)  # r mod P's pace, its trial's
-    assert not two.watch_stall and two.watch_ranks == ()  # (no ranks' reads out of block)
-    # Watched on from there in r mod P; the next decision (its periodic re-measure) tries block again.
-    three = watch_read(two, HALF_DONE, 1.3)
-    assert not three.block and three.phase == LBD_DECIDED and three.queue_local
+    assert not two.watch_stall
+    # Watched on from there in r mod P, the placement moved once only: the next decision (its periodic
+    # re-measure) tries block again.
+    three = watch_read(watch_read(two, EVENS_DONE, 1.3), EVENS_DONE, 1.4)
+    assert not three.block and three.moved and three.phase == LBD_DECIDED and three.queue_local
     # A read between two stalled ones that finds both halves at work starts the count again.
     normal = watch_read(one, BOTH_HALVES, 1.2)
     assert normal.block and not normal.watch_stall
     assert watch_read(normal, HALF_DONE, 1.3).block
 
 
-@pytest.mark.parametrize("case", ["r mod P", "no ranks' calls"])
-def test_a_stalled_cpu_is_read_only_in_block(case: str) -> None:
-    """In r mod P each CPU's ranks are every P-th: a CPU of waiting ranks there is the program's doing, and
-    the watch's fall judges it. Without each rank's calls (the manager gives them only where every rank of
-    the job is tracked) there is no reading, and the count of stalled reads starts again."""
-    if case == "r mod P":
-        state = kept_block(block=False, watch_ranks=())
-        after = watch_read(watch_read(state, HALF_DONE, 1.1), HALF_DONE, 1.2)
+def test_a_cpu_stalled_in_r_mod_p_moves_the_job_to_block() -> None:
+    """The even ranks done, the odd ones at work (patterns.c's ring-odd, 4 ranks on 2 CPUs): in r mod P
+    CPU 0 holds only waiting ranks, block would give each CPU an odd one. The job goes to block at the
+    second such read, at block's pace over its placement trial."""
+    one = watch_read(kept_cyclic(), EVENS_DONE, 1.1)
+    assert not one.block and one.watch_stall
+    two = watch_read(one, EVENS_DONE, 1.2)
+    assert two.block and two.moved and two.queue_local and two.phase == LBD_DECIDED
+    assert two.wall_local == 300_000.0 and two.rate_local == pytest.approx(120_000.0)  # block's pace, its trial's
+    # A job whose pace fell with the stall (a low read before, and the stalled reads low too: the ring made
+    # 800,000 calls per second, the odd ranks' stencil far fewer) is moved, not re-measured.
+    fast = {"wall_local": 1_000_000.0, "wall_cyclic": 1_000_000.0}
+    low = watch_read(kept_cyclic(**fast), HALF_DONE, 1.1)  # (HALF_DONE: no CPU stalls in r mod P)
+    assert low.watch_low and not low.watch_stall and low.phase == LBD_DECIDED
+    first = watch_read(low, EVENS_DONE, 1.2)
+    assert first.phase == LBD_DECIDED and first.watch_stall and not first.watch_low
+    moved = watch_read(first, EVENS_DONE, 1.3)
+    assert moved.phase == LBD_DECIDED and moved.block and moved.moved
+    assert watch_read(low, HALF_DONE, 1.2).fell  # (no stall: the second low read re-measures it)
+    # Without a placement trial (none ran, or the configuration turns it off), r mod P stays.
+    for state, params in ((kept_cyclic(wall_block=None), P), (kept_cyclic(), replace(P, block_trial=False))):
+        after = watch_read(watch_read(state, EVENS_DONE, 1.1, params=params), EVENS_DONE, 1.2, params=params)
+        assert not after.block and not after.moved
+
+
+@pytest.mark.parametrize("case", ["both placements stall", "no ranks' calls"])
+def test_a_stalled_cpu_moves_nothing_where_the_other_placement_would_not_help(case: str) -> None:
+    """Ranks 0, 1 and 2 done, 3 at work: CPU 0 stalls in either placement, and the watch's fall and the
+    periodic re-measure are what judge such a job. Without each rank's calls (the manager gives them only
+    where every rank of the job is tracked) there is no reading, and the count of stalled reads starts
+    again."""
+    if case == "both placements stall":
+        three_done = (EVENS_DONE[0], EVENS_DONE[0], EVENS_DONE[0], EVENS_DONE[3])
+        state = kept_block()
+        after = watch_read(watch_read(state, three_done, 1.1), three_done, 1.2)
     else:
         state = kept_block(watch_stall=True)
         after = lbd_step(state, [], [1.0] * 4, P, calls=state.watch[0] + 11_000.0, ncpus=2, now=1.1)  # type: ignore[index]
         assert after.watch == (state.watch[0] + 11_000.0, 1.1, 4, None)  # type: ignore[index]  # a read
-    assert after.block == state.block and not after.unblocked and not after.watch_stall
+    assert after.block == state.block and not after.moved and not after.watch_stall

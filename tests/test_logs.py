@@ -144,6 +144,11 @@ def test_lbd_decisions_read_the_log_files_lines():
         line(2.1, action="lbd_placement", job=9008, placement="cyclic", why="stalled_cpu", stalled="0",
              calls_per_s_cyclic=100, calls_per_s_block=130),
         decision(2.5, 9008, "global", "local_slower"),
+        line(1.0, action="admit", job=9009, ranks=4), decision(1.2, 9009, "local", "idleness"),
+        line(1.6, action="lbd_trial", job=9009, queue="local", placement="block", kept=False, calls_per_s_cyclic=130,
+             calls_per_s_block=100, calls_per_s_first=95, segments=4),
+        line(2.2, action="lbd_placement", job=9009, placement="block", why="stalled_cpu", stalled="0",
+             calls_per_s_cyclic=130, calls_per_s_block=100),
     ])  # fmt: skip
     assert lbd_decisions(log, 9004) == ("local (idleness, IP 2.2 %, 0.20 s) > global (local_slower, IP 2.2 %, 0.30 s)"
                                         " > local (idleness, IP 2.2 %, 0.60 s); settled 0.72 s")  # fmt: skip
@@ -151,10 +156,14 @@ def test_lbd_decisions_read_the_log_files_lines():
     assert lbd_decisions(log, 9006) == "undecided"
     # A kept placement trial (module lbd: "Placement trial") shows, and moves the settling time.
     assert lbd_decisions(log, 9007) == "local (idleness, IP 2.2 %, 0.30 s) > block (0.60 s); settled 0.60 s"
-    # The watch's end of block (module lbd: "A stalled CPU ends block"), in the order the log wrote it.
+    # The watch's change of placement (module lbd: "A stalled CPU moves the placement"), in the order the log
+    # wrote it.
     moved = lbd_decisions(log, 9008)
     assert moved == ("local (idleness, IP 2.2 %, 0.20 s) > block (0.60 s) > r mod P (stalled_cpu, 1.10 s)"
                      " > global (local_slower, IP 2.2 %, 1.50 s); settled 1.50 s")  # fmt: skip
+    # ... towards block, too (a placement trial that did not keep it before)
+    to_block = lbd_decisions(log, 9009)
+    assert to_block == "local (idleness, IP 2.2 %, 0.20 s) > block (stalled_cpu, 1.20 s); settled 1.20 s"
     bare = "\n".join(x.split(" ", 1)[1] for x in log.splitlines())  # a journal's lines: no time stamps
     assert lbd_decisions(bare, 9005) == "global (idleness, IP 2.2 %)"
     assert lbd_decisions(bare, 9008) == ("local (idleness, IP 2.2 %) > block > r mod P (stalled_cpu)"

@@ -135,13 +135,20 @@ def test_the_detector_tries_a_block_placement_and_the_table_follows(tmp_path: Pa
     assert placements[-1] == want, (placements, lines)
 
 
-def test_a_cpu_of_a_block_placement_whose_ranks_only_wait_goes_back_to_r_mod_p(patterns: Path) -> None:
+@pytest.mark.parametrize(("program", "rounds", "work", "first", "then"), [
+    ("halves", "20000", "1", "block", "cyclic"),
+    ("ring-odd", "100000", "0", "cyclic", "block"),
+])  # fmt: skip
+def test_a_cpu_whose_ranks_only_wait_moves_the_placement(patterns: Path, program: str, rounds: str, work: str,
+                                                        first: str, then: str) -> None:  # fmt: skip
     """`halves` (bench/patterns/patterns.c): halo-persist on 4 ranks, which keeps a block placement in most
-    runs (ranks 0, 1 on CPU 0), then ranks 2, 3 alone for 3 times as many rounds while 0 and 1 wait in the
-    final reductions: CPU 0 then only hands itself between two waiting ranks. The watch ends block (logged
-    with that CPU), the job's entry reads r mod P again, and the result is plain mpiexec's. Up to four runs,
-    until one keeps block (5 of 6 did on this 2-CPU node; the trial that decides it is tests/test_lbd.py's)."""
-    argv = [str(patterns), "halves", "20000", "1"]
+    runs (ranks 0, 1 on CPU 0), then ranks 2, 3 alone while 0 and 1 wait in the final reductions: CPU 0 then
+    only hands itself between two waiting ranks, and the watch moves the job to r mod P. `ring-odd`: a ring,
+    which keeps r mod P (ranks 0, 2 on CPU 0), then the odd ranks alone: CPU 0 stalls the same way, and the
+    watch moves the job to block. Each logs the move with that CPU, the job's entry follows, and the result
+    is plain mpiexec's. Up to four runs, until one placement trial keeps the first placement (the trial's own
+    rule is tests/test_lbd.py's)."""
+    argv = [str(patterns), program, rounds, work]
     runs = []
     with Manager(cpus="0-1") as m:
         for job in range(911, 915):
@@ -160,14 +167,14 @@ def test_a_cpu_of_a_block_placement_whose_ranks_only_wait_goes_back_to_r_mod_p(p
             assert proc.returncode == 0, err
             lines = [x for x in m.log_path.read_text().splitlines() if f" job={job} " in x and "action=lbd_" in x]
             runs.append((out, placements, lines))
-            if any("placement=block kept=true" in x for x in lines):
+            if any(f"placement=block kept={str(first == 'block').lower()}" in x for x in lines):
                 break
     out, placements, lines = runs[-1]
-    kept = [k for k, x in enumerate(lines) if "placement=block kept=true" in x]
-    assert kept, f"no run of {len(runs)} kept block: {[r[2] for r in runs]}"
-    ended = [x for x in lines[kept[-1] + 1 :] if "action=lbd_placement" in x]
-    assert ended and "placement=cyclic why=stalled_cpu stalled=0 " in ended[0], lines
-    assert "block" in placements and placements[-1] == "cyclic", (placements, lines)
+    kept = [k for k, x in enumerate(lines) if f"placement=block kept={str(first == 'block').lower()}" in x]
+    assert kept, f"no trial of {len(runs)} runs kept {first}: {[r[2] for r in runs]}"
+    moved = [x for x in lines[kept[-1] + 1 :] if "action=lbd_placement" in x]
+    assert moved and f"placement={then} why=stalled_cpu stalled=0 " in moved[0], lines
+    assert first in placements and placements[-1] == then, (placements, lines)
     plain = subprocess.run([mpiexec(), "-n", "4", *argv], capture_output=True, text=True, timeout=120)
     mine, theirs = json.loads(out.strip().splitlines()[-1]), json.loads(plain.stdout.strip().splitlines()[-1])
     assert mine["ok"] is True and mine["checksum"] == theirs["checksum"]

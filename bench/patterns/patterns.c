@@ -8,7 +8,8 @@
  * ranks reduces on a communicator of its own, the second half for 4 times the rounds), overlap (each
  * round starts an MPI_Iallreduce, computes while it is in flight, then waits for it), drift (two halves
  * drifting apart: tests/test_runtime_lbd.py's case, not the bench's), halves (halo-persist, then its second
- * half of ranks alone: tests/test_runtime_placement.py's case). ITERS:
+ * half of ranks alone) and ring-odd (a ring, then its odd ranks alone): tests/test_runtime_placement.py's
+ * cases. ITERS:
  * rounds; WORK: compute units per rank per round (one unit is a fixed number of arithmetic steps).
  * Rank 0 prints one JSON line: {"pattern", "ok", "checksum", "elapsed_s"}. "ok" is the program's own
  * check (every token, item, task and reduction arrived and adds up); "checksum" depends on the
@@ -327,6 +328,24 @@ static uint64_t halves(long iters, long work) {
     return sum;
 }
 
+/* A ring for ITERS laps, then its odd ranks alone for as many rounds (halo-persist's stencil, on a
+ * communicator of their own), while the even ones wait in the final reductions: a job that r mod P suits at
+ * first and then, on 2 CPUs, leaves one CPU to ranks that only wait (cpumanager/lbd.py, "A stalled CPU moves
+ * the placement"; tests/test_runtime_placement.py's case, not the bench's). */
+static uint64_t ring_odd(long iters, long work) {
+    uint64_t laps = ring(iters, work, 1);
+    int64_t *u = malloc(sizeof(int64_t) * (N1 + 2)), *v = malloc(sizeof(int64_t) * (N1 + 2));
+    for (int i = 1; i <= N1; i++) u[i] = (int64_t)(mix((uint64_t)(rank * N1 + i)) % 1000);
+    int g = rank % 2;
+    MPI_Comm comm;
+    MPI_Comm_split(MPI_COMM_WORLD, g, rank, &comm);
+    uint64_t acc = g ? persist_rounds(comm, 0, iters, work, u, v, 0) : 0;
+    MPI_Comm_free(&comm);
+    uint64_t sum = stencil1_sum(u, acc);
+    free(u), free(v);
+    return laps && sum ? laps ^ sum : 0;
+}
+
 /* A binomial-tree reduction to rank 0 and a binomial-tree broadcast back, by hand, every round. */
 static uint64_t tree(long iters, long work) {
     uint64_t acc = 0;
@@ -461,6 +480,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(name, "overlap")) sum = overlap(iters, work);
     else if (!strcmp(name, "drift")) sum = drift(iters, work);
     else if (!strcmp(name, "halves")) sum = halves(iters, work);
+    else if (!strcmp(name, "ring-odd")) sum = ring_odd(iters, work);
     else {
         if (rank == 0) fprintf(stderr, "patterns: unknown pattern %s\n", name);
         MPI_Finalize();

@@ -273,24 +273,27 @@ row, and 7 of 34 runs were re-measured so, 2.8-2.9 s after the trial: three were
 idleness, two by a reverse trial, two went to the global queue by a failed one (one back 1.3 s later).
 Its periodic re-measure still comes.
 
-A stalled CPU ends block (ours, 2026-12-04): a placement trial judges the first second, and a block
-placement can go wrong after it. groups 4x2 (bench/patterns.py: each half of the ranks reduces on a
-communicator of its own, the second for 4 times the rounds) kept block in 3 of 10 default runs, its trial
+A stalled CPU moves the placement (ours, 2026-12-04): a placement trial judges the first second, and the
+placement it keeps can go wrong after it. groups 4x2 (bench/patterns.py: each half of the ranks reduces on
+a communicator of its own, the second for 4 times the rounds) kept block in 3 of 10 default runs, its trial
 reading block 1.07-1.25x as fast while both halves ran, and those runs took 3.1-3.9 s against 1.4-2.0 s:
 once the first half is done, its two ranks on CPU 0 wait in the final MPI_Allreduce and hand that CPU to
 each other (10,000-11,300 context switches each per 0.1 s, half a CPU each, no MPI call), while the second
 half shares CPU 1. The watch never saw it: the job's calls per second did not fall (the second half's pace
-is its own), nor did the partition stand idle. So at each watch read of a job in block the detector also
-reads each rank's MPI calls and context switches (the manager's counters): a CPU whose every rank made no
-call since the last read and gave up its CPU at MPI waits, while ranks of another CPU made calls, is
-stalled (`stalled_cpus`), and two reads in a row that find one put the job back in r mod P (logged
-`lbd_placement why=stalled_cpu`), at r mod P's pace over its placement trial, watched on from there. A
-rank that computes through a read makes no call and no switch: its CPU is working, not stalled. In r mod P
-each CPU's ranks are every P-th one, and no placement change follows from them. With the rule, 4 of 10
-groups 4x2 runs kept block and each went back to r mod P 0.58 s later (1.77-1.82 s, the others
-1.58-1.71 s); no run of ring-rev 8x2, tree 4x2 and 8x2 or halo-persist 4x2 that kept block left it (12
-runs). tests/test_runtime_placement.py runs `halves` (patterns.c: halo-persist, then its second half
-alone), which keeps block in most runs and stalls CPU 0 after it.
+is its own), nor did the partition stand idle. So at each watch read of a decided-local job the detector
+also reads each rank's MPI calls and context switches (the manager's counters): a CPU whose every rank made
+no call since the last read and gave up its CPU at MPI waits, while ranks of another CPU made calls, is
+stalled (`stalled_cpus`). Where the other placement would leave no CPU stalled so (its waiting ranks spread
+over CPUs with working ones), two reads in a row that find one move the job to it (logged `lbd_placement
+why=stalled_cpu`), at that placement's pace over the placement trial, watched on from there. Once per
+decision (no flapping; the next decision starts again in r mod P), and towards block only where a placement
+trial read block's pace. A rank that computes through a read makes no call and no switch: its CPU is
+working, not stalled. r mod P stalls the same way where the ranks that finish early are every P-th one: a
+ring whose odd ranks go on alone (patterns.c's ring-odd, 4 ranks on 2 CPUs) leaves ranks 0 and 2 waiting on
+CPU 0. With the rule, 4 of 10 groups 4x2 runs kept block and each went back to r mod P 0.58 s later
+(1.77-1.82 s, the others 1.58-1.71 s); no run of ring-rev 8x2, tree 4x2 and 8x2 or halo-persist 4x2 that
+kept block left it (12 runs). tests/test_runtime_placement.py runs `halves` (patterns.c: halo-persist,
+then its second half alone), which keeps block in most runs and stalls CPU 0 after it, and ring-odd.
 
 One CPU (ours): a partition of one CPU has nothing to balance - one token, every rank in its one
 queue - so the detector decides local queues at once, without measuring (`one_cpu`), and measures
@@ -307,7 +310,7 @@ from dataclasses import dataclass, replace
 from math import sqrt
 
 from vmsched.cpumanager.partition import home_cpu
-from vmsched.cpumanager.shm_layout import LBD_DECIDED, LBD_MEASURING, LBD_STABLE, PLACE_BLOCK
+from vmsched.cpumanager.shm_layout import LBD_DECIDED, LBD_MEASURING, LBD_STABLE, PLACE_BLOCK, PLACE_CYCLIC
 
 
 @dataclass(frozen=True)
@@ -384,9 +387,9 @@ class LbdState:
     # MPI calls, time, ranks and the job's CPU seconds (None: no idle times) at a decided-local job's last watch read
     watch: tuple[float, float, int, float | None] | None = None
     watch_low: bool = False  # that read found the job's progress fallen: the next one low too re-measures it
-    # Each rank's MPI calls and context switches at that read (a job in block placement only) ...
+    # Each rank's MPI calls and context switches at that read (where the manager gave them) ...
     watch_ranks: tuple[tuple[float, float], ...] = ()
-    watch_stall: bool = False  # ... and whether it found a CPU stalled: the next one too ends block
+    watch_stall: bool = False  # ... and whether it found a CPU stalled that the other placement would not leave so
     fell: bool = False  # the running re-measure began because the job's progress fell (not the periodic one)
     paced: bool = False  # the kept local trial held `window_calls` calls per rank: its pace is the watch's measure
     block: bool = False  # local queues in a block placement (rank r of N on CPU r * P / N), not r mod P
@@ -398,7 +401,7 @@ class LbdState:
     rounds_lost: int = 0  # rounds of the placement trial in which block made no more calls per second
     wall_block: float | None = None  # MPI calls per second of wall time in block over the last placement trial
     wall_cyclic: float | None = None  # ... in r mod P over it
-    unblocked: bool = False  # the last change of placement: block ended by the watch, a CPU of it stalled
+    moved: bool = False  # the watch changed the placement since the last decision (a CPU stalled): once only
 
     @property
     def queue_local(self) -> bool:
@@ -504,7 +507,7 @@ def _decide(state: LbdState, ip: float | None, local: bool, times: tuple[float, 
                    rate_local=None, wall_local=None, trial_quanta=1 if trial else 0, trial_base=calls or 0.0,
                    trial_len=quanta, hold_global=False, band=False, unread=False, global_quanta=0,
                    global_faster=False, watch=None, watch_low=False, watch_ranks=(), watch_stall=False, block=False,
-                   block_quanta=0, unblocked=False)  # fmt: skip
+                   block_quanta=0, moved=False)  # fmt: skip
 
 
 def _trial_due(state: LbdState, params: LbdParams) -> bool:
@@ -736,30 +739,46 @@ def watched_rates(state: LbdState, calls: float, now: float, cpu: float | None) 
     return (calls - state.watch[0]) / (now - state.watch[1]), (calls - state.watch[0]) / used if used else None
 
 
-def stalled_cpus(before: Sequence[tuple[float, float]], after: Sequence[tuple[float, float]],
-                 ncpus: int) -> tuple[int, ...]:  # fmt: skip
-    """The CPUs (indices in the partition) of a job in block placement on which, between two reads of its
-    ranks' (MPI calls, context switches), every rank made no MPI call and gave up its CPU at MPI waits: its
-    ranks wait, in calls begun before, for ranks of other CPUs, and hand the CPU to each other in vain.
-    Empty unless ranks of another CPU made calls meanwhile (the job went on there: a CPU of its partition
-    did nothing for it), or where the reads do not match."""
+def stalled_cpus(before: Sequence[tuple[float, float]], after: Sequence[tuple[float, float]], ncpus: int,
+                 block: bool) -> tuple[int, ...]:  # fmt: skip
+    """The CPUs (indices in the partition) of a job in a block placement (`block`) or in r mod P on which,
+    between two reads of its ranks' (MPI calls, context switches), every rank made no MPI call and gave up
+    its CPU at MPI waits: its ranks wait, in calls begun before, for ranks of other CPUs, and hand the CPU to
+    each other in vain. Empty unless ranks of another CPU made calls meanwhile (the job went on there: a CPU
+    of its partition did nothing for it), or where the reads do not match."""
     n = len(after)
     if len(before) != n or ncpus < 2 or n <= ncpus:
         return ()
-    homes = [home_cpu(r, n, ncpus, PLACE_BLOCK) for r in range(n)]
+    homes = [home_cpu(r, n, ncpus, PLACE_BLOCK if block else PLACE_CYCLIC) for r in range(n)]
     made = [a[0] - b[0] for a, b in zip(after, before, strict=True)]
     gave = [a[1] - b[1] for a, b in zip(after, before, strict=True)]
     still = tuple(c for c in range(ncpus) if all(made[r] <= 0 and gave[r] > 0 for r in range(n) if homes[r] == c))
     return still if any(made[r] > 0 for r in range(n) if homes[r] not in still) else ()
 
 
-def _unblocked(state: LbdState, since: int, watch: tuple[float, float, int, float | None]) -> LbdState:
-    """Block ended by the watch (module docstring: "A stalled CPU ends block"): r mod P, at its pace over
-    the placement trial, watched from this read."""
-    (c_calls, _), _, (c_cpu, _) = state.look
-    return replace(state, since_decision=since, watch=watch, watch_low=False, watch_ranks=(), watch_stall=False,
-                   block=False, unblocked=True, wall_local=state.wall_cyclic or state.wall_local,
-                   rate_local=c_calls / c_cpu if c_cpu > 0 else state.rate_local)  # fmt: skip
+def _stall_moves(state: LbdState, ranks: tuple[tuple[float, float], ...], ncpus: int | None,
+                 params: LbdParams) -> bool:  # fmt: skip
+    """Whether this watch read finds a CPU stalled in the job's placement that the other one would not
+    leave so (its waiting ranks spread over CPUs with working ones): once per decision, and towards block
+    only where a placement trial read block's pace (module docstring: "A stalled CPU moves the placement")."""
+    if state.moved or not ncpus or (not state.block and not (params.block_trial and state.wall_block)):
+        return False
+    now, other = (stalled_cpus(state.watch_ranks, ranks, ncpus, block) for block in (state.block, not state.block))
+    return bool(now) and not other
+
+
+def _moved(state: LbdState, since: int, watch: tuple[float, float, int, float | None],
+           ranks: tuple[tuple[float, float], ...]) -> LbdState:  # fmt: skip
+    """The other placement, at its pace over the placement trial, watched from this read (module docstring:
+    "A stalled CPU moves the placement")."""
+    block = not state.block
+    (calls, _), _, (cpu, _) = state.look
+    if block:
+        (_, calls), _, (_, cpu) = state.look
+    pace = state.wall_block if block else state.wall_cyclic
+    return replace(state, since_decision=since, watch=watch, watch_low=False, watch_ranks=ranks, watch_stall=False,
+                   block=block, moved=True, wall_local=pace or state.wall_local,
+                   rate_local=calls / cpu if cpu > 0 else state.rate_local)  # fmt: skip
 
 
 def _next_window(state: LbdState, times: tuple[float, ...], calls: float | None, idle: float | None,
@@ -789,7 +808,7 @@ def lbd_step(
     seconds of the job's partition so far, read with `user_times` (None: not known; the trials then
     count the ranks' CPU time alone). `now`: the time of that read, in seconds (None: the reverse trials
     compare progress per CPU second alone). `rank_calls`: each rank's MPI calls so far, in rank order, with
-    `switches` (a job in block placement, every rank of it read: the watch's stalled CPUs)."""
+    `switches` (a decided-local job, every rank of it read: the watch's stalled CPUs)."""
     if ncpus is not None:
         if ncpus == 0:
             return state
@@ -817,13 +836,16 @@ def lbd_step(
         watched = _watching(state, params, since) and user_times is not None and calls is not None and now is not None
         cpu = job_cpu_now(user_times, idle) if watched else None  # type: ignore[arg-type]
         low = _watch_read_low(state, calls, now, cpu, len(user_times), params) if watched else None  # type: ignore[arg-type]
-        read = state.block and rank_calls is not None and len(switches) == len(rank_calls)
+        read = rank_calls is not None and len(switches) == len(rank_calls)
         ranks = tuple(zip(rank_calls, switches, strict=True)) if read else ()  # type: ignore[arg-type]
-        stall = bool(low is not None and ncpus and stalled_cpus(state.watch_ranks, ranks, ncpus))
+        stall = low is not None and _stall_moves(state, ranks, ncpus, params)
         n = len(user_times) if user_times is not None else 0
         if stall and state.watch_stall and since < params.remeasure_quanta:  # two reads in a row
-            return _unblocked(state, since, (calls, now, n, cpu))  # type: ignore[arg-type]
-        fell = bool(low and state.watch_low)  # two reads in a row: one is a stretch of outside load
+            return _moved(state, since, (calls, now, n, cpu), ranks)  # type: ignore[arg-type]
+        # Two reads in a row: one is a stretch of outside load. A read that finds a CPU stalled is not low: the
+        # next one moves the placement if the stall lasts (a fall it explains would re-measure the job first).
+        low = low and not stall
+        fell = bool(low and state.watch_low)
         if since >= params.remeasure_quanta or fell:  # back to the global queue for one window
             return replace(state, phase=LBD_STABLE, base_user=(), quanta_stable=0, since_decision=since,
                            trial_quanta=0, hold_global=False, struck=False, watch=None, watch_low=False,

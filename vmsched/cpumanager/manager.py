@@ -503,9 +503,10 @@ class CpuManager:
             user = None if None in times else [t / 1e6 for t in times]  # type: ignore[operator]
         idle = self._partition_idle(j) if user is not None else None
         now = self.idle_now[1] if user is not None else None  # when those idle times were read
-        # Each rank's calls and switches in block placement, every rank tracked (module lbd: "A stalled CPU
-        # ends block": the ranks' places are their slots).
-        by_rank = state.block and user is not None and slots == list(range(j.nranks)) and j.nranks <= len(snap)
+        # Each rank's calls and switches on local queues, every rank tracked (module lbd: "A stalled CPU moves the
+        # placement": the ranks' places are their slots).
+        by_rank = (state.phase == L.LBD_DECIDED and bool(state.local) and user is not None
+                   and slots == list(range(j.nranks)) and j.nranks <= len(snap))  # fmt: skip
         switches = [int(snap["ctx_switches"][r]) if r < len(snap) else 0 for r in slots] \
             if state.phase == L.LBD_MEASURING or by_rank else []  # fmt: skip
         live = [r for r in slots if r < len(snap)]
@@ -534,14 +535,15 @@ class CpuManager:
                   calls_per_cpu_s_local=round(new.rate_local or 0, 1), calls_per_s_global=round(new.wall_global or 0),
                   calls_per_s_local=round(new.wall_local or 0), calls_per_cpu_s_decided=round(new.rate_decided or 0, 1),
                   calls_per_s_decided=round(new.wall_decided or 0))  # fmt: skip
-        elif new.unblocked and state.block and not new.block:
-            # Block ended by the watch: the CPUs whose ranks made no calls, handing the CPU to each other in
-            # their waits, at two reads in a row (module lbd: "A stalled CPU ends block").
+        elif new.moved and new.block != state.block:
+            # The placement changed by the watch: the CPUs whose ranks made no calls, handing the CPU to each other
+            # in their waits, at two reads in a row (module lbd: "A stalled CPU moves the placement").
             ranks = tuple(zip(rank_calls or (), switches, strict=False))
-            stalled = stalled_cpus(state.watch_ranks, ranks, len(j.cpus))
-            event(log, "lbd_placement", job=j.job_id, placement="cyclic", why="stalled_cpu",
-                  stalled=",".join(str(j.cpus[c]) for c in stalled), calls_per_s_cyclic=round(new.wall_local or 0),
-                  calls_per_s_block=round(state.wall_local or 0))  # fmt: skip
+            stalled = stalled_cpus(state.watch_ranks, ranks, len(j.cpus), state.block)
+            placed = L.PLACE_BLOCK if new.block else L.PLACE_CYCLIC
+            event(log, "lbd_placement", job=j.job_id, placement=L.PLACEMENT_NAMES[placed], why="stalled_cpu",
+                  stalled=",".join(str(j.cpus[c]) for c in stalled), calls_per_s_cyclic=round(new.wall_cyclic or 0),
+                  calls_per_s_block=round(new.wall_block or 0))  # fmt: skip
         elif state.block_quanta and not new.block_quanta:
             # The placement decided (module lbd: "Placement trial"): each placement's pace over its segments,
             # the local trial's in r mod P before them, and the rounds in which block did not lead.

@@ -202,11 +202,12 @@ def lbd_decisions(log_text: str, job_id: int) -> str:
     """The detector's decisions for one job, first to last, from the CPU manager's log (its `lbd_decision`
     events), each with its time since the job was admitted: `local (idleness, IP 4.7 %, 0.21 s) > global
     (local_slower, IP 27.7 %, 0.32 s)`, `> block (0.52 s)` where a placement trial kept a block placement,
-    `> r mod P (stalled_cpu, 1.10 s)` where the watch ended it, then `; settled 0.55 s`: the last event that
-    moved the job between queues or placements (a decision, a lost global trial, the end of a placement trial,
-    the watch's end of block), where the job spent the time before on the global queue or trying. Without
-    time stamps, the decisions alone; `undecided` if none. The benchmarks print them beside a default run: one
-    slower than a fixed queue is the detector's doing, and the settling time bounds what measuring cost it."""
+    `> r mod P (stalled_cpu, 1.10 s)` where the watch changed the placement, then `; settled 0.55 s`: the last
+    event that moved the job between queues or placements (a decision, a lost global trial, the end of a
+    placement trial, the watch's change of placement), where the job spent the time before on the global queue
+    or trying. Without time stamps, the decisions alone; `undecided` if none. The benchmarks print them beside
+    a default run: one slower than a fixed queue is the detector's doing, and the settling time bounds what
+    measuring cost it."""
     admit = re.search(rf"{_STAMP}.*action=admit job={job_id} ", log_text, re.M)
     t0 = datetime.fromisoformat(admit.group(1)) if admit and admit.group(1) else None
     pattern = (rf"{_STAMP}.*action=lbd_decision job={job_id} cvcs=[0-9.e-]+ ip=([0-9.e-]+) queue=(\w+) "
@@ -228,13 +229,14 @@ def lbd_decisions(log_text: str, job_id: int) -> str:
     placed = list(re.finditer(rf"{_STAMP}.*action=lbd_trial job={job_id} queue=local placement=block kept=(\w+)",
                               log_text, re.M))  # fmt: skip
     moves += [(m.start(), f"block{' (' + since(m[1]) + ')' if since(m[1]) else ''}") for m in placed if m[2] == "true"]
-    # Block ended by the watch, a CPU of it stalled (module lbd: "A stalled CPU ends block").
-    unblocked = list(re.finditer(rf"{_STAMP}.*action=lbd_placement job={job_id} placement=cyclic why=(\w+)",
-                                 log_text, re.M))  # fmt: skip
-    moves += [(m.start(), f"r mod P ({m[2]}{when(m[1])})") for m in unblocked]
+    # The watch's change of placement, a CPU stalled (module lbd: "A stalled CPU moves the placement").
+    watched = list(re.finditer(rf"{_STAMP}.*action=lbd_placement job={job_id} placement=(\w+) why=(\w+)",
+                               log_text, re.M))  # fmt: skip
+    names = {"cyclic": "r mod P", "block": "block"}
+    moves += [(m.start(), f"{names.get(m[2], m[2])} ({m[3]}{when(m[1])})") for m in watched]
     text = " > ".join(t for _, t in sorted(moves))
     lost = re.findall(rf"{_STAMP}.*action=lbd_trial job={job_id} queue=global kept=false", log_text, re.M)
-    moved = [hits[-1][0], *lost, *(m[1] or "" for m in placed), *(m[1] or "" for m in unblocked)]
+    moved = [hits[-1][0], *lost, *(m[1] or "" for m in placed), *(m[1] or "" for m in watched)]
     settled = since(max(moved))  # (ISO stamps sort as the times they name)
     return f"{text}; settled {settled}" if settled else text
 
