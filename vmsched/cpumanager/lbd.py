@@ -290,10 +290,14 @@ decision (no flapping; the next decision starts again in r mod P), and towards b
 trial read block's pace. A rank that computes through a read makes no call and no switch: its CPU is
 working, not stalled. r mod P stalls the same way where the ranks that finish early are every P-th one: a
 ring whose odd ranks go on alone (patterns.c's ring-odd, 4 ranks on 2 CPUs) leaves ranks 0 and 2 waiting on
-CPU 0. With the rule, 4 of 10 groups 4x2 runs kept block and each went back to r mod P 0.58 s later
-(1.77-1.82 s, the others 1.58-1.71 s); no run of ring-rev 8x2, tree 4x2 and 8x2 or halo-persist 4x2 that
-kept block left it (12 runs). tests/test_runtime_placement.py runs `halves` (patterns.c: halo-persist,
-then its second half alone), which keeps block in most runs and stalls CPU 0 after it, and ring-odd.
+CPU 0; without the rule 5 of 6 such runs (4x2) were re-measured by a fall and went to the global queue
+(2.28-2.48 s), with it 10 of 10 moved to block (1.71-2.28 s). A read that finds a CPU stalled is not a
+low one: the fall it explains would otherwise re-measure the job before the second stalled read. With the
+rule, 4 of 10 groups 4x2 runs kept block and each went back to r mod P 0.58 s later (1.77-1.82 s, the
+others 1.58-1.71 s). In two default runs of each of the 12 patterns and 5 apps at 4x2 and 8x2 (68 runs,
+14 of them kept block) the rule moved one job, groups 4x2 in block, and nothing else.
+tests/test_runtime_placement.py runs `halves` (patterns.c: halo-persist, then its second half alone),
+which keeps block in most runs and stalls CPU 0 after it, and ring-odd.
 
 One CPU (ours): a partition of one CPU has nothing to balance - one token, every rank in its one
 queue - so the detector decides local queues at once, without measuring (`one_cpu`), and measures
