@@ -279,9 +279,9 @@ static uint64_t halo_rma(long iters, long work) {
     return sum;
 }
 
-/* The same stencil with its halo exchanged by persistent requests, as stencil codes set them up once
- * (MPI_Recv_init, MPI_Send_init) and start them every round (MPI_Startall, then MPI_Waitall). Its
- * checksum is halo-rma's. */
+/* Rounds FROM to TO of the 1-D stencil among the ranks of `comm`, its halo exchanged by persistent requests
+ * as stencil codes set them up once (MPI_Recv_init, MPI_Send_init) and start them every round (MPI_Startall,
+ * then MPI_Waitall); `acc` with each round's work mixed in. */
 static uint64_t persist_rounds(MPI_Comm comm, long from, long to, long work, int64_t *u, int64_t *v, uint64_t acc) {
     int me, n;
     MPI_Comm_rank(comm, &me);
@@ -302,6 +302,8 @@ static uint64_t persist_rounds(MPI_Comm comm, long from, long to, long work, int
     return acc;
 }
 
+/* The same stencil as halo-rma's, its halo exchanged by persistent requests (persist_rounds). Its checksum
+ * is halo-rma's. */
 static uint64_t halo_persist(long iters, long work) {
     int64_t *u = malloc(sizeof(int64_t) * (N1 + 2)), *v = malloc(sizeof(int64_t) * (N1 + 2));
     for (int i = 1; i <= N1; i++) u[i] = (int64_t)(mix((uint64_t)(rank * N1 + i)) % 1000);
@@ -312,8 +314,8 @@ static uint64_t halo_persist(long iters, long work) {
 
 /* halo-persist for ITERS rounds, then its second half of ranks alone (a stencil of their own) for 3 times as
  * many, while the first half waits in the final reductions on MPI_COMM_WORLD: a job that a block placement
- * suits at first, and then leaves a CPU to ranks that only wait (cpumanager/lbd.py, "A stalled CPU ends
- * block"; tests/test_runtime_placement.py's case, not the bench's). */
+ * suits at first, and then leaves a CPU to ranks that only wait (cpumanager/lbd.py, "A stalled CPU moves
+ * the placement"; tests/test_runtime_placement.py's case, not the bench's). */
 static uint64_t halves(long iters, long work) {
     int64_t *u = malloc(sizeof(int64_t) * (N1 + 2)), *v = malloc(sizeof(int64_t) * (N1 + 2));
     for (int i = 1; i <= N1; i++) u[i] = (int64_t)(mix((uint64_t)(rank * N1 + i)) % 1000);
