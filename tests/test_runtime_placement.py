@@ -1,7 +1,8 @@
 """Placement of the ranks on local queues end to end: a job admitted with a block placement has ranks
 0..N/P-1 on its first CPU (r * P / N), with r mod P otherwise (thesis fig. 3.9), the same result either
 way; the detector tries the block placement on a job it keeps on local queues, and the job's entry (the
-status view) follows its trial. The rule itself: tests/test_lbd.py ("placement trial"); its gains:
+status view) follows its trial, and its watch moves a job one of whose CPUs only holds waiting ranks. The
+rules themselves: tests/test_lbd.py ("placement trial", "stalled CPU"); their gains:
 bench/patterns.py (way `local-block`). `patterns` (tests/conftest.py): bench/patterns/patterns.c, compiled."""
 
 from __future__ import annotations
