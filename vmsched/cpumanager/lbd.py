@@ -776,9 +776,7 @@ def _moved(state: LbdState, since: int, watch: tuple[float, float, int, float | 
     """The other placement, at its pace over the placement trial, watched from this read (module docstring:
     "A stalled CPU moves the placement")."""
     block = not state.block
-    (calls, _), _, (cpu, _) = state.look
-    if block:
-        (_, calls), _, (_, cpu) = state.look
+    calls, cpu = state.look[0][block], state.look[2][block]  # (r mod P, block)
     pace = state.wall_block if block else state.wall_cyclic
     return replace(state, since_decision=since, watch=watch, watch_low=False, watch_ranks=ranks, watch_stall=False,
                    block=block, moved=True, wall_local=pace or state.wall_local,

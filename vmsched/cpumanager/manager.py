@@ -538,8 +538,7 @@ class CpuManager:
         elif new.moved and new.block != state.block:
             # The placement changed by the watch: the CPUs whose ranks made no calls, handing the CPU to each other
             # in their waits, at two reads in a row (module lbd: "A stalled CPU moves the placement").
-            ranks = tuple(zip(rank_calls or (), switches, strict=False))
-            stalled = stalled_cpus(state.watch_ranks, ranks, len(j.cpus), state.block)
+            stalled = stalled_cpus(state.watch_ranks, new.watch_ranks, len(j.cpus), state.block)
             placed = L.PLACE_BLOCK if new.block else L.PLACE_CYCLIC
             event(log, "lbd_placement", job=j.job_id, placement=L.PLACEMENT_NAMES[placed], why="stalled_cpu",
                   stalled=",".join(str(j.cpus[c]) for c in stalled), calls_per_s_cyclic=round(new.wall_cyclic or 0),

@@ -212,8 +212,8 @@ def lbd_decisions(log_text: str, job_id: int) -> str:
     t0 = datetime.fromisoformat(admit.group(1)) if admit and admit.group(1) else None
     pattern = (rf"{_STAMP}.*action=lbd_decision job={job_id} cvcs=[0-9.e-]+ ip=([0-9.e-]+) queue=(\w+) "
                r"decision=\d+ why=(\w+)")  # fmt: skip
-    hits = re.findall(pattern, log_text, re.M)
-    if not hits:
+    decided = list(re.finditer(pattern, log_text, re.M))
+    if not decided:
         return "undecided"
 
     def since(stamp: str) -> str:
@@ -223,12 +223,11 @@ def lbd_decisions(log_text: str, job_id: int) -> str:
         return ", " + since(at) if since(at) else ""
 
     # (position in the log, text) of each move, in the order the log wrote them
-    moves = [(m.start(), f"{m[3]} ({m[4]}, IP {100 * float(m[2]):.1f} %{when(m[1])})")
-             for m in re.finditer(pattern, log_text, re.M)]  # fmt: skip
+    moves = [(m.start(), f"{m[3]} ({m[4]}, IP {100 * float(m[2]):.1f} %{when(m[1])})") for m in decided]
     # Placement trials (module lbd: "Placement trial"): one kept shows as `> block`; either moved the ranks.
     placed = list(re.finditer(rf"{_STAMP}.*action=lbd_trial job={job_id} queue=local placement=block kept=(\w+)",
                               log_text, re.M))  # fmt: skip
-    moves += [(m.start(), f"block{' (' + since(m[1]) + ')' if since(m[1]) else ''}") for m in placed if m[2] == "true"]
+    moves += [(m.start(), f"block ({since(m[1])})" if since(m[1]) else "block") for m in placed if m[2] == "true"]
     # The watch's change of placement, a CPU stalled (module lbd: "A stalled CPU moves the placement").
     watched = list(re.finditer(rf"{_STAMP}.*action=lbd_placement job={job_id} placement=(\w+) why=(\w+)",
                                log_text, re.M))  # fmt: skip
@@ -236,7 +235,7 @@ def lbd_decisions(log_text: str, job_id: int) -> str:
     moves += [(m.start(), f"{names.get(m[2], m[2])} ({m[3]}{when(m[1])})") for m in watched]
     text = " > ".join(t for _, t in sorted(moves))
     lost = re.findall(rf"{_STAMP}.*action=lbd_trial job={job_id} queue=global kept=false", log_text, re.M)
-    moved = [hits[-1][0], *lost, *(m[1] or "" for m in placed), *(m[1] or "" for m in watched)]
+    moved = [*(m[1] or "" for m in (decided[-1], *placed, *watched)), *lost]
     settled = since(max(moved))  # (ISO stamps sort as the times they name)
     return f"{text}; settled {settled}" if settled else text
 
