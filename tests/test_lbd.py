@@ -1014,13 +1014,14 @@ def kept_cyclic(**more: object) -> LbdState:
 
 
 def watch_read(state: LbdState, delta: Sequence[tuple[float, float]], now: float, ncpus: int = 2,
-               params: LbdParams = P) -> LbdState:  # fmt: skip
-    """Step to the next watch read, the ranks having made `delta` (calls, switches) since the last one."""
+               params: LbdParams = P, idle: float | None = None) -> LbdState:  # fmt: skip
+    """Step to the next watch read, the ranks having made `delta` (calls, switches) since the last one (their
+    CPU times do not move: with `idle`, the partition's idle seconds so far, the job's CPU seconds are read)."""
     for _ in range(params.watch_quanta - 1 - state.since_decision % params.watch_quanta):  # no read between them
         state = lbd_step(state, [], None, params, calls=state.watch[0], ncpus=ncpus)  # type: ignore[index]
     ranks = after_read(state.watch_ranks or ((0.0, 0.0),) * 4, delta)
     return lbd_step(state, [s for _, s in ranks], [1.0] * 4, params, calls=sum(c for c, _ in ranks), ncpus=ncpus,
-                    now=now, rank_calls=[c for c, _ in ranks])  # fmt: skip
+                    now=now, rank_calls=[c for c, _ in ranks], idle=idle)  # fmt: skip
 
 
 def test_a_cpu_stalled_at_two_watch_reads_in_a_row_ends_the_block_placement() -> None:
@@ -1067,6 +1068,38 @@ def test_a_cpu_stalled_in_r_mod_p_moves_the_job_to_block() -> None:
     for state, params in ((kept_cyclic(wall_block=None), P), (kept_cyclic(), replace(P, block_trial=False))):
         after = watch_read(watch_read(state, EVENS_DONE, 1.1, params=params), EVENS_DONE, 1.2, params=params)
         assert not after.block and not after.moved
+
+
+# The odd ranks' stencil once the even ones are done (ring-odd after its move to block): 5,000 calls per 0.1 s,
+# a sixth of block's pace over the placement trial, which was the ring's.
+STENCIL = ((0, 10_650), (2_500, 6_251), (0, 10_650), (2_500, 6_688))
+
+
+def test_after_a_move_the_watch_reads_the_pace_of_the_phase_that_stalled() -> None:
+    """A stall is a change of phase (ranks done), so the placement trial's pace is of the phase before it:
+    ring-odd (a ring, then its odd ranks alone on a stencil) moved to block in 10 of 10 runs, and 2 of them
+    were then re-measured by a fall, the stencil's pace read against the ring's. The first watch read after
+    the move is not judged; the job is watched on at the lower of the two paces."""
+    moved = watch_read(watch_read(kept_cyclic(), EVENS_DONE, 1.1, idle=0.1), EVENS_DONE, 1.2, idle=0.2)
+    assert moved.block and moved.moved and moved.rebase and moved.wall_local == 300_000.0
+    first = watch_read(moved, STENCIL, 1.3, idle=0.3)
+    assert first.phase == LBD_DECIDED and first.block and not first.watch_low and not first.rebase
+    assert first.wall_local == pytest.approx(50_000.0) and first.rate_local == pytest.approx(50_000.0)
+    steady = watch_read(watch_read(first, STENCIL, 1.4, idle=0.4), STENCIL, 1.5, idle=0.5)
+    assert steady.phase == LBD_DECIDED and steady.queue_local and not steady.watch_low
+    # Without the new pace those reads were low, and the second re-measured the job.
+    old = watch_read(watch_read(replace(moved, rebase=False), STENCIL, 1.3, idle=0.3), STENCIL, 1.4, idle=0.4)
+    assert old.fell and old.phase == LBD_STABLE
+    # A fall from the new phase's pace is still one.
+    stop = ((0, 10_650), (1_000, 6_251), (0, 10_650), (1_000, 6_688))
+    fell = watch_read(watch_read(steady, stop, 1.6, idle=0.6), stop, 1.7, idle=0.7)
+    assert fell.fell and fell.phase == LBD_STABLE
+    # A first read faster than the trial's pace leaves the trial's: the watch is never made keener by it.
+    fast = watch_read(moved, BOTH_HALVES, 1.3, idle=0.3)
+    assert fast.wall_local == 300_000.0 and fast.rate_local == pytest.approx(120_000.0) and not fast.rebase
+    # A decision ends it: the next move reads afresh.
+    assert not lbd_step(replace(moved, phase=LBD_STABLE, base_user=(0.0,) * 4, base_calls=0.0, base_wall=1.0),
+                        [], [1.0] * 4, P, calls=1e9, ncpus=2, now=2.0).rebase  # fmt: skip
 
 
 @pytest.mark.parametrize("case", ["both placements stall", "no ranks' calls"])

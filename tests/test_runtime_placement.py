@@ -146,9 +146,9 @@ def test_a_cpu_whose_ranks_only_wait_moves_the_placement(patterns: Path, program
     runs (ranks 0, 1 on CPU 0), then ranks 2, 3 alone while 0 and 1 wait in the final reductions: CPU 0 then
     only hands itself between two waiting ranks, and the watch moves the job to r mod P. `ring-odd`: a ring,
     which keeps r mod P (ranks 0, 2 on CPU 0), then the odd ranks alone: CPU 0 stalls the same way, and the
-    watch moves the job to block. Each logs the move with that CPU, the job's entry follows, and the result
-    is plain mpiexec's. Up to four runs, until one placement trial keeps the first placement (the trial's own
-    rule is tests/test_lbd.py's)."""
+    watch moves the job to block. Each logs the move with that CPU and the pace it is watched at after it, the
+    job's entry follows, and the result is plain mpiexec's. Up to four runs, until one placement trial keeps
+    the first placement (the trial's own rule is tests/test_lbd.py's)."""
     argv = [str(patterns), program, rounds, work]
     runs = []
     with Manager(cpus="0-1") as m:
@@ -175,6 +175,10 @@ def test_a_cpu_whose_ranks_only_wait_moves_the_placement(patterns: Path, program
     assert kept, f"no trial of {len(runs)} runs kept {first}: {[r[2] for r in runs]}"
     moved = [x for x in lines[kept[-1] + 1 :] if "action=lbd_placement" in x]
     assert moved and f"placement={then} why=stalled_cpu stalled=0 " in moved[0], lines
+    # The next watch read sets the pace the job is watched at from then on: never above its trial's.
+    paced = [x for x in lines[lines.index(moved[0]) + 1 :] if "action=lbd_watch_pace" in x]
+    pace = re.search(rf"placement={then} calls_per_s=(\d+) calls_per_s_trial=(\d+) ", paced[0] if paced else "")
+    assert pace and 0 < int(pace[1]) <= int(pace[2]), lines
     assert first in placements and placements[-1] == then, (placements, lines)
     plain = subprocess.run([mpiexec(), "-n", "4", *argv], capture_output=True, text=True, timeout=120)
     mine, theirs = json.loads(out.strip().splitlines()[-1]), json.loads(plain.stdout.strip().splitlines()[-1])

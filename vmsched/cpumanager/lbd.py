@@ -285,7 +285,7 @@ also reads each rank's MPI calls and context switches (the manager's counters): 
 no call since the last read and gave up its CPU at MPI waits, while ranks of another CPU made calls, is
 stalled (`stalled_cpus`). Where the other placement would leave no CPU stalled so (its waiting ranks spread
 over CPUs with working ones), two reads in a row that find one move the job to it (logged `lbd_placement
-why=stalled_cpu`), at that placement's pace over the placement trial, watched on from there. Once per
+why=stalled_cpu`), watched on from there. Once per
 decision (no flapping; the next decision starts again in r mod P), and towards block only where a placement
 trial read block's pace. A rank that computes through a read makes no call and no switch: its CPU is
 working, not stalled. r mod P stalls the same way where the ranks that finish early are every P-th one: a
@@ -298,6 +298,15 @@ others 1.58-1.71 s). In two default runs of each of the 12 patterns and 5 apps a
 14 of them kept block) the rule moved one job, groups 4x2 in block, and nothing else.
 tests/test_runtime_placement.py runs `halves` (patterns.c: halo-persist, then its second half alone),
 which keeps block in most runs and stalls CPU 0 after it, and ring-odd.
+
+The pace after a move (2026-12-05): the watch compares a job with its pace over the placement trial, but a
+stall is a change of phase (ranks done), so that pace is the phase's before it. 2 of 10 ring-odd runs that
+moved to block were re-measured by a fall soon after (their stencil's pace read against the ring's) and
+took 2.19 and 2.28 s against 1.71-2.07 s. So the first watch read after a move is not judged, and the job
+is watched on at the lower of the moved-to placement's pace over the trial and that read's, per second and
+per CPU second (`_rebased`; logged `lbd_watch_pace`): the watch is never made keener by it. In 10 more
+ring-odd runs the first reads after the move came at 0.50-0.84 of block's pace over the trial (a read under
+0.5 is low); in 8 halves runs every first read was faster than r mod P's pace over the trial, which stayed.
 
 One CPU (ours): a partition of one CPU has nothing to balance - one token, every rank in its one
 queue - so the detector decides local queues at once, without measuring (`one_cpu`), and measures
@@ -406,6 +415,7 @@ class LbdState:
     wall_block: float | None = None  # MPI calls per second of wall time in block over the last placement trial
     wall_cyclic: float | None = None  # ... in r mod P over it
     moved: bool = False  # the watch changed the placement since the last decision (a CPU stalled): once only
+    rebase: bool = False  # ... and has not read its pace since: the next read is the new phase's measure
 
     @property
     def queue_local(self) -> bool:
@@ -511,7 +521,7 @@ def _decide(state: LbdState, ip: float | None, local: bool, times: tuple[float, 
                    rate_local=None, wall_local=None, trial_quanta=1 if trial else 0, trial_base=calls or 0.0,
                    trial_len=quanta, hold_global=False, band=False, unread=False, global_quanta=0,
                    global_faster=False, watch=None, watch_low=False, watch_ranks=(), watch_stall=False, block=False,
-                   block_quanta=0, moved=False)  # fmt: skip
+                   block_quanta=0, moved=False, rebase=False)  # fmt: skip
 
 
 def _trial_due(state: LbdState, params: LbdParams) -> bool:
@@ -779,8 +789,19 @@ def _moved(state: LbdState, since: int, watch: tuple[float, float, int, float | 
     calls, cpu = state.look[0][block], state.look[2][block]  # (r mod P, block)
     pace = state.wall_block if block else state.wall_cyclic
     return replace(state, since_decision=since, watch=watch, watch_low=False, watch_ranks=ranks, watch_stall=False,
-                   block=block, moved=True, wall_local=pace or state.wall_local,
+                   block=block, moved=True, rebase=True, wall_local=pace or state.wall_local,
                    rate_local=calls / cpu if cpu > 0 else state.rate_local)  # fmt: skip
+
+
+def _rebased(state: LbdState, since: int, watch: tuple[float, float, int, float | None],
+             ranks: tuple[tuple[float, float], ...]) -> LbdState:  # fmt: skip
+    """The first watch read after a move: the job is watched on at the lower of the moved-to placement's pace
+    over the placement trial and its pace since the move (module docstring: "A stalled CPU moves the
+    placement"); the read itself is not judged."""
+    wall, per_cpu = watched_rates(state, watch[0], watch[1], watch[3])  # type: ignore[misc]
+    rate = state.rate_local if per_cpu is None or not state.rate_local else min(state.rate_local, per_cpu)
+    return replace(state, since_decision=since, watch=watch, watch_low=False, watch_ranks=ranks, watch_stall=False,
+                   rebase=False, wall_local=min(state.wall_local or wall, wall), rate_local=rate)  # fmt: skip
 
 
 def _next_window(state: LbdState, times: tuple[float, ...], calls: float | None, idle: float | None,
@@ -844,6 +865,8 @@ def lbd_step(
         n = len(user_times) if user_times is not None else 0
         if stall and state.watch_stall and since < params.remeasure_quanta:  # two reads in a row
             return _moved(state, since, (calls, now, n, cpu), ranks)  # type: ignore[arg-type]
+        if low is not None and state.rebase:  # the first read after a move: the pace of the phase that stalled
+            return _rebased(state, since, (calls, now, n, cpu), ranks)  # type: ignore[arg-type]
         # Two reads in a row: one is a stretch of outside load. A read that finds a CPU stalled is not low: the
         # next one moves the placement if the stall lasts (a fall it explains would re-measure the job first).
         low = low and not stall

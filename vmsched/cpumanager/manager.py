@@ -516,9 +516,9 @@ class CpuManager:
                        rank_calls=rank_calls)  # fmt: skip
         self.lbd[j.job_id] = new
         shown = (new.phase, new.cvcs, new.ip, new.queue_local, new.rate_local, new.decisions, new.wall_decided,
-                 new.block, new.block_quanta)  # fmt: skip
+                 new.block, new.block_quanta, new.rebase)  # fmt: skip
         if shown == (state.phase, state.cvcs, state.ip, state.queue_local, state.rate_local, state.decisions,
-                     state.wall_decided, state.block, state.block_quanta):  # fmt: skip
+                     state.wall_decided, state.block, state.block_quanta, state.rebase):  # fmt: skip
             return
         with self.table.locked():
             self.table.set_lbd(j.slot, new.phase, new.cvcs or 0.0, new.ip)
@@ -543,6 +543,13 @@ class CpuManager:
             event(log, "lbd_placement", job=j.job_id, placement=L.PLACEMENT_NAMES[placed], why="stalled_cpu",
                   stalled=",".join(str(j.cpus[c]) for c in stalled), calls_per_s_cyclic=round(new.wall_cyclic or 0),
                   calls_per_s_block=round(new.wall_block or 0))  # fmt: skip
+        elif state.rebase and not new.rebase and new.phase == L.LBD_DECIDED:
+            # The first watch read after that move: the pace the job is watched at from now on (module lbd: "A
+            # stalled CPU moves the placement").
+            placed = L.PLACE_BLOCK if new.block else L.PLACE_CYCLIC
+            event(log, "lbd_watch_pace", job=j.job_id, placement=L.PLACEMENT_NAMES[placed],
+                  calls_per_s=round(new.wall_local or 0), calls_per_s_trial=round(state.wall_local or 0),
+                  calls_per_cpu_s=round(new.rate_local or 0, 1))  # fmt: skip
         elif state.block_quanta and not new.block_quanta:
             # The placement decided (module lbd: "Placement trial"): each placement's pace over its segments,
             # the local trial's in r mod P before them, and the rounds in which block did not lead.
