@@ -1097,6 +1097,13 @@ def test_after_a_move_the_watch_reads_the_pace_of_the_phase_that_stalled() -> No
     # A first read faster than the trial's pace leaves the trial's: the watch is never made keener by it.
     fast = watch_read(moved, BOTH_HALVES, 1.3, idle=0.3)
     assert fast.wall_local == 300_000.0 and fast.rate_local == pytest.approx(120_000.0) and not fast.rebase
+    # A first read over fewer than window_calls calls per rank is no pace: judged as before (here low), and
+    # the next read is the first.
+    quiet = ((0, 10_650), (100, 6_251), (0, 10_650), (100, 6_688))
+    short = watch_read(moved, quiet, 1.3, idle=0.3)
+    assert short.rebase and short.watch_low and short.wall_local == 300_000.0 and short.phase == LBD_DECIDED
+    after = watch_read(short, STENCIL, 1.4, idle=0.4)
+    assert not after.rebase and after.wall_local == pytest.approx(50_000.0) and after.phase == LBD_DECIDED
     # A decision ends it: the next move reads afresh.
     assert not lbd_step(replace(moved, phase=LBD_STABLE, base_user=(0.0,) * 4, base_calls=0.0, base_wall=1.0),
                         [], [1.0] * 4, P, calls=1e9, ncpus=2, now=2.0).rebase  # fmt: skip

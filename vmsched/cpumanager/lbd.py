@@ -304,7 +304,9 @@ stall is a change of phase (ranks done), so that pace is the phase's before it. 
 moved to block were re-measured by a fall soon after (their stencil's pace read against the ring's) and
 took 2.19 and 2.28 s against 1.71-2.07 s. So the first watch read after a move is not judged, and the job
 is watched on at the lower of the moved-to placement's pace over the trial and that read's, per second and
-per CPU second (`_rebased`; logged `lbd_watch_pace`): the watch is never made keener by it. In 10 more
+per CPU second (`_rebased`; logged `lbd_watch_pace`): the watch is never made keener by it. A read over
+fewer than `window_calls` calls per rank is no pace (a phase or two): it is judged as before, and the next
+read is the first. In 10 more
 ring-odd runs the first reads after the move came at 0.50-0.84 of block's pace over the trial (a read under
 0.5 is low); in 8 halves runs every first read was faster than r mod P's pace over the trial, which stayed.
 
@@ -865,7 +867,9 @@ def lbd_step(
         n = len(user_times) if user_times is not None else 0
         if stall and state.watch_stall and since < params.remeasure_quanta:  # two reads in a row
             return _moved(state, since, (calls, now, n, cpu), ranks)  # type: ignore[arg-type]
-        if low is not None and state.rebase:  # the first read after a move: the pace of the phase that stalled
+        # The first read after a move, over enough calls to be a pace: that of the phase that stalled.
+        paced = low is not None and calls - state.watch[0] >= params.window_calls * max(1, n)  # type: ignore[index,operator]
+        if paced and state.rebase:
             return _rebased(state, since, (calls, now, n, cpu), ranks)  # type: ignore[arg-type]
         # Two reads in a row: one is a stretch of outside load. A read that finds a CPU stalled is not low: the
         # next one moves the placement if the stall lasts (a fall it explains would re-measure the job first).
