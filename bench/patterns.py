@@ -41,7 +41,14 @@ and the one whose time was picked for being long enough (the rings' default runs
 their A/A twin's, `again`, while the calibration run was the first round's default run; p28,
 2026-11-29). A case whose default runs still had a median under --min-s is marked
 `short` (JSON: `default_median_s_min`). Every result is checked: the program's own verdict, and its
-checksum equal to that of the plain taskset run.
+checksum equal to that of the plain taskset run. Where a vmsched way's is not, the program runs once more
+under the runtime's library with no CPU manager (`unfolded`: the library stays off, nothing is folded),
+and the vmsched ways are checked against that run: the library's MPI_Init sets MPICH's collective
+algorithms (vmsched/vmruntime/wrappers.c, `mpich_settings`), and a program whose result depends on the
+order of a floating-point reduction gets another one from them than from plain MPICH's, folded or not
+(HPCG, 8 ranks: its symmetry test's "Departure for SpMV" 1.07308e-07 under plain mpiexec, 1.00601e-07
+under vmsched, unfolded, and under plain mpiexec with those settings). The row then says so
+(`unfolded reference`; JSON `results_by_runtime_algorithms`).
 Figures per row: default / best of the vmsched ways, default / taskset, timesharing / default, each from
 the median of --reps runs per way. A plain run that takes CAP_FACTOR times as long as the default one
 (at least CAP_MIN_S) is stopped and counted as that long: its ratios are bounds, marked > or <, and the
@@ -98,6 +105,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from vmsched.apps import registry  # noqa: E402
 from vmsched.apps.result import parse_result  # noqa: E402
+from vmsched.vmruntime.build import library_path  # noqa: E402
 from vmsched.vmruntime.testing import (  # noqa: E402
     MPICH_YIELD,
     PY,
@@ -115,6 +123,7 @@ from vmsched.vmruntime.testing import (  # noqa: E402
     unwind_on_sigterm,
     vmrun_cmd,
 )
+from vmsched.vmruntime.vmrun import mpiexec_command  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 HEURISTICS = ("progress", "sender", "unconsumed", "affinity", "rr")
@@ -302,6 +311,34 @@ def plain(prog: Program, nranks: int, cpus: int, way: str, cap: float) -> Run:
     n = 2 * len(other)
     with compute_beside([*pin(other), mpiexec(), "-n", str(n), *COMPUTE] if other else None, n):
         return run([*pin(mine), mpiexec(), "-n", str(nranks), *prog.argv()], prog, env, cap)
+
+
+def unfolded(prog: Program, nranks: int, cap: float) -> Run:
+    """The program under the runtime's library without a CPU manager (no VMSCHED_* variables: the library
+    stays off and no rank is folded), on the whole node: what a folded run's result must equal. Only its
+    result is used."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("VMSCHED_")}
+    return run(mpiexec_command(mpiexec(), nranks, library_path(), prog.argv(), env), prog, env, cap)
+
+
+def plain_reference(runs: dict[str, list[Run]]) -> tuple[str, Run]:
+    """The run results are checked against: the plain taskset run, or when that was stopped the first plain
+    run that ended, or when none did the default run."""
+    ended = [w for w in ("taskset", *PLAIN_WAYS) if w in runs and not runs[w][0].capped]
+    return (ended[0], runs[ended[0]][0]) if ended else ("default", runs["default"][0])
+
+
+def checked_runs(runs: dict[str, list[Run]], more: dict[str, list[Run]], calibration: Run | None) -> list:
+    """(way, its runs) of every run whose result is checked: the rounds', the confirming rounds' and the
+    calibration's last run (as default's)."""
+    return [*runs.items(), *more.items(), *([("default", [calibration])] if calibration else [])]
+
+
+def folded_differs(runs: dict[str, list[Run]], more: dict[str, list[Run]], calibration: Run | None) -> bool:
+    """Whether a vmsched way's result differs from the plain reference run's (then `unfolded` is run)."""
+    way, ref = plain_reference(runs)
+    return way != "default" and any(r.checksum != ref.checksum for w, rs in checked_runs(runs, more, calibration)
+                                    if w not in PLAIN_WAYS for r in rs if not r.capped)  # fmt: skip
 
 
 JOB_IDS = itertools.count(9001)  # folded jobs get known ids, so that the log tells their decisions apart
@@ -495,7 +532,8 @@ def main() -> int:
                     for rnd in range(args.confirm if suspects else 0):  # (none without a way to confirm)
                         for way in round_order(["default", *suspects], rnd):
                             more.setdefault(way, []).append(one_run(m, prog, nranks, cpus, way, cap))
-                    rows.append(make_row(prog, nranks, cpus, args.reps, runs, args.min_s, calibration, more))
+                    ref = unfolded(prog, nranks, cap) if folded_differs(runs, more, calibration) else None
+                    rows.append(make_row(prog, nranks, cpus, args.reps, runs, args.min_s, calibration, more, ref))
                     print_row(rows[-1], flush=True)
     return report(rows, args.plot)
 
@@ -509,18 +547,20 @@ def to_confirm(pr: dict[str, float]) -> list[str]:
 
 
 def make_row(prog: Program, nranks: int, cpus: int, reps: int, runs: dict[str, list[Run]], min_s: float,
-             calibration: Run | None = None, more: dict[str, list[Run]] | None = None) -> dict:  # fmt: skip
+             calibration: Run | None = None, more: dict[str, list[Run]] | None = None,
+             unfolded_ref: Run | None = None) -> dict:  # fmt: skip
     """One case: median seconds per way, the ways that were stopped at the cap, and the ways whose result
-    was not the program's or differed from the reference: the plain taskset run, or when that was
-    stopped the first plain run that ended, or when none did the default run (the vmsched ways must
-    then at least agree with each other). The calibration's last run is checked too, as default's, and
+    was not the program's or differed from the reference (`plain_reference`; the vmsched ways must then at
+    least agree with each other): for the vmsched ways, the `unfolded` run where one ran and was ok (the
+    runtime's MPICH settings, no folding). The calibration's last run is checked too, as default's, and
     so are the confirming rounds' runs (`more`), whose ratios join the paired ones (medians and held-out
     figures are of the rounds alone)."""
     more = more or {}
-    ended = [w for w in ("taskset", *PLAIN_WAYS) if w in runs and not runs[w][0].capped]
-    ref = runs[ended[0]][0] if ended else runs["default"][0]
-    checked = [*runs.items(), *more.items(), *([("default", [calibration])] if calibration else [])]
-    bad = sorted({w for w, rs in checked for r in rs if not r.capped and (not r.ok or r.checksum != ref.checksum)})
+    reference, ref = plain_reference(runs)
+    mine = unfolded_ref if unfolded_ref is not None and unfolded_ref.ok else None
+    want = {w: ref if mine is None or w in PLAIN_WAYS else mine for w in (*runs, *more)}
+    bad = sorted({w for w, rs in checked_runs(runs, more, calibration) for r in rs
+                  if not r.capped and (not r.ok or r.checksum != want[w].checksum)})  # fmt: skip
     return {"program": prog.label, "ranks": nranks, "cpus": cpus, "iters": prog.iters, "reps": reps, "min_s": min_s,
             "seconds": {w: round(statistics.median(r.seconds for r in rs), 4) for w, rs in runs.items()},
             "range": {w: [round(min(r.seconds for r in rs), 4), round(max(r.seconds for r in rs), 4)]
@@ -531,7 +571,9 @@ def make_row(prog: Program, nranks: int, cpus: int, reps: int, runs: dict[str, l
             "paired_ci": {w: [round(x, 4) for x in median_ci(v)] for w, v in paired_lists(runs, more).items()},
             "confirmed": {w: len(rs) for w, rs in more.items() if w != "default"},
             "decisions": [r.decisions for r in runs["default"] if r.decisions],
-            "reference": ended[0] if ended else "default", "bad": bad}  # fmt: skip
+            "reference": reference, "bad": bad,
+            # the vmsched ways' results were checked against the unfolded run, which differed from plain MPICH's
+            "unfolded_reference": mine is not None and mine.checksum != ref.checksum}  # fmt: skip
 
 
 def paired(runs: dict[str, list[Run]], way: str, rounds: range | list[int]) -> float:
@@ -622,6 +664,8 @@ def print_row(row: dict, flush: bool = False) -> None:
     ts = f"{mark['timesharing']}{r['timesharing_vs_default']:5.2f}" if "timesharing_vs_default" in r else "     -"
     dt = f"{'<' if 'taskset' in capped else ' '}{r['default_vs_taskset']:5.2f}"
     note = f" (stopped at the cap: {','.join(capped)}; reference {row['reference']})" if capped else ""
+    if row.get("unfolded_reference"):  # module docstring: MPICH's collective algorithms, not folding
+        note += " (unfolded reference: plain MPICH's result differs)"
     if s["default"] < row["min_s"]:  # the node ran faster than at the calibration
         note += f" short: default's median under {row['min_s']:g} s"
     print(f"{row['program']:<14} {row['ranks']}x{row['cpus']} {s['default']:8.3f} {best:>10} {s[best]:8.3f} "
@@ -672,6 +716,9 @@ def report(rows: list[dict], plot: Path | None) -> int:
         "default_vs_taskset_best": round(min(r["default_vs_taskset"] for r in rs), 3),
         "timesharing_vs_default_min": round(min(loses), 2) if loses else None,
         "bad_results": sum(len(r["bad"]) for r in rows),
+        "results_by_runtime_algorithms": [
+            f"{r['program']} {r['ranks']}x{r['cpus']}" for r in rows if r.get("unfolded_reference")
+        ],
         "default_median_s_min": round(min(r["seconds"]["default"] for r in rows), 3),
         "stopped_at_cap": [f"{r['program']} {r['ranks']}x{r['cpus']} {w}" for r in rows for w in r["capped"]],
     }

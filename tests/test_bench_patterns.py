@@ -13,7 +13,8 @@ from types import SimpleNamespace
 import pytest
 
 from tests.conftest import REPO, load_script
-from vmsched.vmruntime.testing import compile_c_program
+from vmsched.vmruntime.build import library_path
+from vmsched.vmruntime.testing import compile_c_program, mpiexec
 
 BENCH = REPO / "bench" / "patterns.py"
 
@@ -54,6 +55,53 @@ def test_a_users_program_runs_every_way_and_its_result_is_checked(tmp_path):
     assert per_way and int(per_way[0].split("(iters ")[1].split(",")[0]) > 200, r.stdout
     # the start-up subtracted from the wall-clock command, measured for each of its ways (again's is default's)
     assert set(figures["startup_s"]) == {"default 2x1", "taskset 2x1", "local 2x1"}, figures
+
+
+def test_a_result_of_mpichs_algorithms_is_checked_against_the_unfolded_run(tmp_path):
+    """fpsum (tests/c/fpsum.c), 8 ranks: plain MPICH's shared-memory Allreduce adds the ranks' values in
+    another order than the algorithms the runtime's MPI_Init sets, and the sum rounds differently; every
+    vmsched way gives the sum of the unfolded run (the runtime's library, no CPU manager). The bench checks
+    the vmsched ways against that run and says so, and the case is ok."""
+    exe = compile_c_program(REPO / "tests" / "c" / "fpsum.c", tmp_path)
+    plain = subprocess.run([mpiexec(), "-n", "8", str(exe)], capture_output=True, text=True, timeout=120)
+    preload = ["-genv", "LD_PRELOAD", str(library_path())]
+    mine = subprocess.run([mpiexec(), "-n", "8", *preload, str(exe)], capture_output=True, text=True, timeout=120)
+    assert plain.stdout.startswith("sum ") and mine.stdout.startswith("sum "), plain.stderr + mine.stderr
+    assert plain.stdout != mine.stdout, "this MPICH sums alike with either algorithm: the case below proves nothing"
+    r = subprocess.run(
+        [sys.executable, str(BENCH), "--shapes", "8x2", "--ways", "local", "--min-s", "0.05",
+         "--command", f"fpsum={exe}", "--check", r"fpsum=sum (\S+)"],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    figures = json.loads(r.stdout.strip().splitlines()[-1])
+    assert figures["bad_results"] == 0 and figures["results_by_runtime_algorithms"] == ["fpsum 8x2"], figures
+    row = [line for line in r.stdout.splitlines() if line.startswith("fpsum ")][-1]
+    assert " ok (unfolded reference: plain MPICH's result differs)" in row, r.stdout
+
+
+def test_the_vmsched_ways_are_checked_against_the_unfolded_run_where_one_ran():
+    bench = load_script(BENCH)
+    run = bench.Run
+    prog = SimpleNamespace(label="fpsum", iters=0)
+    runs = {"default": [run(True, "u", 1.0)] * 2, "local": [run(True, "u", 1.1)] * 2,
+            "taskset": [run(True, "p", 2.0)] * 2}  # fmt: skip
+    assert bench.folded_differs(runs, {}, None)
+    row = bench.make_row(prog, 8, 2, 2, runs, 1.0, run(True, "u", 1.0), None, run(True, "u", 5.0))
+    assert row["bad"] == [] and row["unfolded_reference"] and row["reference"] == "taskset"
+    # Against it, a vmsched way with yet another result is still bad, and a plain way is checked against the
+    # plain run (the calibration's run, default's, too).
+    other = {**runs, "local": [run(True, "x", 1.0)] * 2}
+    assert bench.make_row(prog, 8, 2, 2, other, 1.0, run(True, "u", 1.0), None, run(True, "u", 5.0))["bad"] == ["local"]
+    wrong = bench.make_row(prog, 8, 2, 2, runs, 1.0, run(True, "p", 1.0), None, run(True, "u", 5.0))
+    assert wrong["bad"] == ["default"]
+    # An unfolded run that failed takes nothing off: every vmsched way differs from the plain run.
+    failed = bench.make_row(prog, 8, 2, 2, runs, 1.0, None, None, run(False, "u", 5.0))
+    assert failed["bad"] == ["default", "local"] and not failed["unfolded_reference"]
+    # Where every result is the plain run's, there is no unfolded run to make.
+    same = {"default": [run(True, "p", 1.0)], "taskset": [run(True, "p", 2.0)]}
+    assert not bench.folded_differs(same, {}, None) and bench.folded_differs(same, {}, run(True, "u", 1.0))
+    assert not bench.make_row(prog, 8, 2, 1, same, 1.0)["unfolded_reference"]
 
 
 def test_bad_command_options_are_refused_with_the_reason():

@@ -125,7 +125,9 @@ static void stats_done(struct stats *t) {
  * queue-mates that had to set those flags never ran: a loop of 8-byte MPI_Allreduce or of MPI_Barrier,
  * 4 ranks on one CPU, hung for good at its 2nd or 3rd call (tests/c/colls.c). Its MPIR algorithms
  * wait in the progress engine, which yields. Set before MPI_Init reads them, over any value the job
- * set: the runtime cannot fold a rank that waits without telling it. */
+ * set: the runtime cannot fold a rank that waits without telling it. They add a reduction's values in
+ * another order, so a floating-point sum can round differently from plain MPICH's (the same in every
+ * run under the runtime, folded or not: tests/c/fpsum.c, vmruntime README). */
 static void mpich_settings(void) {
     static const char *const algorithms[] = {
         "MPIR_CVAR_BARRIER_POSIX_INTRA_ALGORITHM", "MPIR_CVAR_BCAST_POSIX_INTRA_ALGORITHM",
