@@ -551,13 +551,13 @@ def make_row(prog: Program, nranks: int, cpus: int, reps: int, runs: dict[str, l
              unfolded_ref: Run | None = None) -> dict:  # fmt: skip
     """One case: median seconds per way, the ways that were stopped at the cap, and the ways whose result
     was not the program's or differed from the reference (`plain_reference`; the vmsched ways must then at
-    least agree with each other): for the vmsched ways, the `unfolded` run where one ran and was ok (the
-    runtime's MPICH settings, no folding). The calibration's last run is checked too, as default's, and
-    so are the confirming rounds' runs (`more`), whose ratios join the paired ones (medians and held-out
-    figures are of the rounds alone)."""
+    least agree with each other): for the vmsched ways, the `unfolded` run where one ran, ended within the
+    cap and was ok (the runtime's MPICH settings, no folding). The calibration's last run is checked too,
+    as default's, and so are the confirming rounds' runs (`more`), whose ratios join the paired ones
+    (medians and held-out figures are of the rounds alone)."""
     more = more or {}
     reference, ref = plain_reference(runs)
-    mine = unfolded_ref if unfolded_ref is not None and unfolded_ref.ok else None
+    mine = unfolded_ref if unfolded_ref is not None and unfolded_ref.ok and not unfolded_ref.capped else None
     want = {w: ref if mine is None or w in PLAIN_WAYS else mine for w in (*runs, *more)}
     bad = sorted({w for w, rs in checked_runs(runs, more, calibration) for r in rs
                   if not r.capped and (not r.ok or r.checksum != want[w].checksum)})  # fmt: skip

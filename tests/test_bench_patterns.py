@@ -95,9 +95,11 @@ def test_the_vmsched_ways_are_checked_against_the_unfolded_run_where_one_ran():
     assert bench.make_row(prog, 8, 2, 2, other, 1.0, run(True, "u", 1.0), None, run(True, "u", 5.0))["bad"] == ["local"]
     wrong = bench.make_row(prog, 8, 2, 2, runs, 1.0, run(True, "p", 1.0), None, run(True, "u", 5.0))
     assert wrong["bad"] == ["default"]
-    # An unfolded run that failed takes nothing off: every vmsched way differs from the plain run.
-    failed = bench.make_row(prog, 8, 2, 2, runs, 1.0, None, None, run(False, "u", 5.0))
-    assert failed["bad"] == ["default", "local"] and not failed["unfolded_reference"]
+    # An unfolded run that failed, or was stopped at the cap, takes nothing off: every vmsched way differs from
+    # the plain run.
+    for off in (run(False, "u", 5.0), run(True, "", 9.0, capped=True)):
+        failed = bench.make_row(prog, 8, 2, 2, runs, 1.0, None, None, off)
+        assert failed["bad"] == ["default", "local"] and not failed["unfolded_reference"], off
     # Where every result is the plain run's, there is no unfolded run to make.
     same = {"default": [run(True, "p", 1.0)], "taskset": [run(True, "p", 2.0)]}
     assert not bench.folded_differs(same, {}, None) and bench.folded_differs(same, {}, run(True, "u", 1.0))
