@@ -1,4 +1,4 @@
-"""The runtime on programs nobody here wrote: every communication pattern, folded, every way, one table.
+r"""The runtime on programs nobody here wrote: every communication pattern, folded, every way, one table.
 
 Programs: the plain-MPI C programs of bench/patterns/patterns.c (ring in both directions, a pipeline,
 master-worker with uneven tasks, a 2-D halo exchange, all-to-all, random pairs, a hand-made reduction
@@ -9,7 +9,11 @@ nothing of vmsched) and the apps of vmsched/apps.
 
 --command NAME=CMDLINE (with --check NAME=REGEX, the result to verify, and --time NAME=REGEX, the time
 the program reports) runs an MPI program of yours the same ways: {iters} in CMDLINE is the count that the
-calibration scales; without it the program runs as given.
+calibration scales; without it the program runs as given. With --result-file NAME=GLOB each of its runs
+runs in a fresh directory and --check and --time read the files matching GLOB there, for programs that
+write their result to a file (HPCG: `--command 'hpcg=xhpcg --nx=32 --ny=32 --nz=32 --rt=0' --check
+'hpcg=(Scaled residual mean=\S+|Departure for \w+=\S+|optimized iterations=\d+|result is VALID)'
+--result-file 'hpcg=HPCG-Benchmark*.txt'`).
 
 Shapes: MPL 2 and 4 on one and on two CPUs (2 ranks on 1 CPU, 4 on 1, 4 on 2, 8 on 2); --shapes
 takes others (16x8, 32x8 on a 16-core node). The node is the CPUs this process may run on; a job that
@@ -199,7 +203,11 @@ class Program:
         """Whether `scaled` may change its iteration count (an app moves up a class instead)."""
         return not self.is_app
 
-    def parse(self, res: subprocess.CompletedProcess[str], wall_s: float) -> Run:
+    def workdir(self) -> contextlib.AbstractContextManager[str | None]:
+        """The directory a run runs in: the bench's own (None), or a fresh one (Command)."""
+        return contextlib.nullcontext()
+
+    def parse(self, res: subprocess.CompletedProcess[str], wall_s: float, cwd: str | None = None) -> Run:
         if res.returncode not in (0, 1):
             raise RuntimeError(f"{' '.join(res.args)} exited {res.returncode}: {res.stderr[-1500:]}")
         if self.is_app:
@@ -215,15 +223,30 @@ class Command(Program):
     --check's regex in its output (group 1 where it has one), sorted, since ranks print in any order: a
     run is ok when it exits 0 and prints at least one, and its checksum is their digest, compared with the
     plain taskset run's as a pattern's is. Its time is --time's regex (seconds, group 1) where given, else
-    the run's wall clock, less the way's start-up where `net` (one_run)."""
+    the run's wall clock, less the way's start-up where `net` (one_run). With --result-file NAME=GLOB
+    (`result`), every run runs in a fresh directory, and --check and --time read the files matching GLOB
+    that it left there (in name order) instead of its output: HPCG, for one, writes its result to a file."""
 
-    def __init__(self, name: str, cmdline: str, check: str, timing: str | None, iters: int, net: bool = True) -> None:
+    def __init__(self, name: str, cmdline: str, check: str, timing: str | None, iters: int, net: bool = True,
+                 result: str | None = None) -> None:  # fmt: skip
         super().__init__(name, None)
         self.is_app = False
         self.cmd = shlex.split(cmdline)
         self.check, self.timing = re.compile(check), re.compile(timing) if timing else None
         self.iters, self.work = iters, 0
         self.net = net and timing is None
+        self.result = result
+
+    def workdir(self) -> contextlib.AbstractContextManager[str | None]:
+        if self.result is None:
+            return contextlib.nullcontext()
+        return tempfile.TemporaryDirectory(prefix="vmsched-result-")
+
+    def output(self, res: subprocess.CompletedProcess[str], cwd: str | None) -> str:
+        """What --check and --time read: the run's output, or its result files (`result`)."""
+        if self.result is None or cwd is None:
+            return res.stdout
+        return "\n".join(f.read_text(errors="replace") for f in sorted(Path(cwd).glob(self.result)) if f.is_file())
 
     @property
     def label(self) -> str:
@@ -239,30 +262,33 @@ class Command(Program):
     def argv(self) -> list[str]:
         return [a.replace("{iters}", str(self.iters)) for a in self.cmd]
 
-    def parse(self, res: subprocess.CompletedProcess[str], wall_s: float) -> Run:
-        found = sorted(m.group(1) if m.groups() else m.group(0) for m in self.check.finditer(res.stdout))
+    def parse(self, res: subprocess.CompletedProcess[str], wall_s: float, cwd: str | None = None) -> Run:
+        text = self.output(res, cwd)
+        found = sorted(m.group(1) if m.groups() else m.group(0) for m in self.check.finditer(text))
         digest = hashlib.sha256("\n".join(found).encode()).hexdigest()[:16]
         seconds = wall_s
         if self.timing:
-            t = self.timing.search(res.stdout)
+            t = self.timing.search(text)
             if not t:
-                raise RuntimeError(f"{self.name}: --time {self.timing.pattern!r} found nothing in: {res.stdout[-500:]}")
+                raise RuntimeError(f"{self.name}: --time {self.timing.pattern!r} found nothing in: {text[-500:]}")
             seconds = float(t.group(1) if t.groups() else t.group(0))
         ok = res.returncode == 0 and bool(found)
         if not ok:  # why, on stderr: a plain reference run that failed so makes every way BAD, rarely, in CI
-            print(f"{self.name}: a run was not ok: exit {res.returncode}, {len(found)} results; its stdout: "
-                  f"{res.stdout[-500:]!r}; its stderr: {res.stderr[-1000:]!r}", file=sys.stderr)  # fmt: skip
+            where = f"its files {self.result}" if self.result else "its stdout"
+            print(f"{self.name}: a run was not ok: exit {res.returncode}, {len(found)} results; {where}: "
+                  f"{text[-500:]!r}; its stderr: {res.stderr[-1000:]!r}", file=sys.stderr)  # fmt: skip
         return Run(ok, digest, seconds)
 
 
 def run(cmd: list[str], prog: Program, env: dict[str, str] | None = None, cap: float | None = None) -> Run:
-    t0 = time.monotonic()
-    res = run_to_end(cmd, env, cap or 600)
-    if res is None:
-        if cap is None:
-            raise RuntimeError(f"{' '.join(cmd)} did not end in 600 s")
-        return Run(True, "", cap, capped=True)
-    return prog.parse(res, time.monotonic() - t0)
+    with prog.workdir() as cwd:
+        t0 = time.monotonic()
+        res = run_to_end(cmd, env, cap or 600, cwd=Path(cwd) if cwd else None)
+        if res is None:
+            if cap is None:
+                raise RuntimeError(f"{' '.join(cmd)} did not end in 600 s")
+            return Run(True, "", cap, capped=True)
+        return prog.parse(res, time.monotonic() - t0, cwd)
 
 
 @contextlib.contextmanager
@@ -405,8 +431,10 @@ def parse_shapes(spec: str) -> list[tuple[int, int]]:
     return shapes  # type: ignore[return-value]
 
 
-def parse_commands(commands: list[str], checks: list[str], times: list[str], iters: int) -> list[Command]:
-    """--command/--check/--time NAME=VALUE options -> the commands; ValueError with the reason otherwise."""
+def parse_commands(commands: list[str], checks: list[str], times: list[str], iters: int,
+                   results: list[str] | None = None) -> list[Command]:  # fmt: skip
+    """--command/--check/--time/--result-file NAME=VALUE options -> the commands; ValueError with the reason
+    otherwise."""
 
     def by_name(opts: list[str], flag: str) -> dict[str, str]:
         out: dict[str, str] = {}
@@ -420,6 +448,7 @@ def parse_commands(commands: list[str], checks: list[str], times: list[str], ite
         return out
 
     cmds, chk, tim = by_name(commands, "--command"), by_name(checks, "--check"), by_name(times, "--time")
+    res = by_name(results or [], "--result-file")
     for name in cmds:
         if name in PATTERNS or name in APPS:
             raise ValueError(f"--command {name}: the name of a pattern or app; choose another")
@@ -433,9 +462,14 @@ def parse_commands(commands: list[str], checks: list[str], times: list[str], ite
                 re.compile(regex)
             except re.error as e:
                 raise ValueError(f"{flag} {name}={regex!r}: {e}") from None
+    for name, pattern in res.items():
+        if name not in cmds:
+            raise ValueError(f"--result-file {name}: no --command {name}=...")
+        if Path(pattern).is_absolute() or ".." in Path(pattern).parts:
+            raise ValueError(f"--result-file {name}={pattern!r}: a pattern inside the run's directory")
     if cmds and iters < 1:
         raise ValueError(f"--command-iters must be at least 1, not {iters}")
-    return [Command(n, c, chk[n], tim.get(n), iters) for n, c in cmds.items()]
+    return [Command(n, c, chk[n], tim.get(n), iters, result=res.get(n)) for n, c in cmds.items()]
 
 
 def main() -> int:
@@ -474,6 +508,14 @@ def main() -> int:
         metavar="NAME=REGEX",
         help="a command's own time in seconds (group 1); default: the run's wall clock",
     )
+    p.add_argument(
+        "--result-file",
+        action="append",
+        default=[],
+        metavar="NAME=GLOB",
+        help="a command's result is in files, not its output: each run runs in a fresh directory, and "
+        "--check and --time read the files matching GLOB there",
+    )
     p.add_argument("--command-iters", type=int, default=1000, help="{iters} to start calibrating from (1000)")
     args = p.parse_args()
     if args.reps < 1:
@@ -481,7 +523,7 @@ def main() -> int:
     if args.confirm < 0:
         p.error(f"--confirm must be 0 or more, not {args.confirm}")
     try:
-        commands = parse_commands(args.command, args.check, args.time, args.command_iters)
+        commands = parse_commands(args.command, args.check, args.time, args.command_iters, args.result_file)
     except ValueError as e:
         p.error(str(e))
     names = args.programs.split(",") if args.programs else [] if commands else [*PATTERNS, *APPS]

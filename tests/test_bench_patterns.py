@@ -80,6 +80,36 @@ def test_a_result_of_mpichs_algorithms_is_checked_against_the_unfolded_run(tmp_p
     assert " ok (unfolded reference: plain MPICH's result differs)" in row, r.stdout
 
 
+WRITER = """import sys
+from mpi4py import MPI
+c = MPI.COMM_WORLD
+total = c.allreduce(c.rank + 1)
+if c.rank == 0 and sys.argv[1] == "file":  # the result in a file of the current directory, as HPCG writes it
+    with open("answer.txt", "w") as f:
+        f.write(f"sum {total}\\n")
+print("sum 0", flush=True)  # never the result: --result-file reads the file
+"""
+
+
+def test_a_result_written_to_a_file_is_read_from_the_runs_own_directory(tmp_path):
+    writer = tmp_path / "writer.py"
+    writer.write_text(WRITER)
+    r = subprocess.run(
+        [sys.executable, str(BENCH), "--shapes", "2x1", "--ways", "local", "--min-s", "0.05",
+         "--command", f"wfile={sys.executable} {writer} file", "--check", r"wfile=sum (\d+)",
+         "--result-file", "wfile=answer*.txt",
+         "--command", f"wnone={sys.executable} {writer} none", "--check", r"wnone=sum (\d+)",
+         "--result-file", "wnone=answer*.txt"],
+        capture_output=True, text=True, timeout=600, cwd=tmp_path,
+    )  # fmt: skip
+    assert r.returncode == 1, r.stdout[-3000:] + r.stderr[-3000:]  # wnone wrote no file: BAD in every way
+    rows = {line.split()[0]: line for line in r.stdout.splitlines() if line.startswith(("wfile ", "wnone "))}
+    assert " ok" in rows["wfile"] and "BAD" not in rows["wfile"], (rows, r.stderr[-2000:])
+    assert rows["wnone"].split("BAD ")[1].split()[0] == "default,local,taskset", rows
+    assert "its files answer*.txt: ''" in r.stderr, r.stderr[-2000:]  # why, for the runs that wrote none
+    assert sorted(f.name for f in tmp_path.iterdir()) == ["writer.py"]  # every run's directory went
+
+
 def test_the_vmsched_ways_are_checked_against_the_unfolded_run_where_one_ran():
     bench = load_script(BENCH)
     run = bench.Run
@@ -113,6 +143,9 @@ def test_bad_command_options_are_refused_with_the_reason():
         ("--command", "x=prog", "--check", "x=("): "--check x='('",
         ("--command", "x=prog", "--check", "x=a", "--check", "y=b"): "--check y: no --command y",
         ("--command", "x"): "expected NAME=VALUE",
+        ("--command", "x=prog", "--check", "x=a", "--result-file", "y=*.txt"): "--result-file y: no --command y",
+        ("--command", "x=prog", "--check", "x=a", "--result-file", "x=/etc/*"): "inside the run's directory",
+        ("--command", "x=prog", "--check", "x=a", "--result-file", "x=../*.txt"): "inside the run's directory",
     }
     for argv, reason in cases.items():
         r = subprocess.run([sys.executable, str(BENCH), *argv], capture_output=True, text=True, timeout=60)

@@ -303,12 +303,13 @@ def descendants(root_pid: int) -> list[psutil.Process]:
         return []
 
 
-def run_to_end(cmd: list[str], env: dict[str, str] | None = None,
-               timeout: float = 900) -> subprocess.CompletedProcess[str] | None:  # fmt: skip
-    """Run a job (mpiexec or vmrun) to its end and return what it printed; None if it was stopped at
-    `timeout`. Stopped or interrupted (Ctrl-C, SIGTERM), its ranks and the MPICH segments they leave go
-    too: subprocess.run would kill mpiexec alone."""
-    with started_job(cmd, signal.SIGKILL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) as proc:
+def run_to_end(cmd: list[str], env: dict[str, str] | None = None, timeout: float = 900,
+               cwd: Path | None = None) -> subprocess.CompletedProcess[str] | None:  # fmt: skip
+    """Run a job (mpiexec or vmrun) to its end, in `cwd` if given, and return what it printed; None if it
+    was stopped at `timeout`. Stopped or interrupted (Ctrl-C, SIGTERM), its ranks and the MPICH segments
+    they leave go too: subprocess.run would kill mpiexec alone."""
+    pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "text": True, "env": env, "cwd": cwd}
+    with started_job(cmd, signal.SIGKILL, **pipes) as proc:
         try:
             stdout, stderr = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
