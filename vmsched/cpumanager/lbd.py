@@ -274,30 +274,29 @@ idleness, two by a reverse trial, two went to the global queue by a failed one (
 Its periodic re-measure still comes.
 
 A stalled CPU moves the placement (ours, 2026-12-04): a placement trial judges the first second, and the
-placement it keeps can go wrong after it. groups 4x2 (bench/patterns.py: each half of the ranks reduces on
-a communicator of its own, the second for 4 times the rounds) kept block in 3 of 10 default runs, its trial
-reading block 1.07-1.25x as fast while both halves ran, and those runs took 3.1-3.9 s against 1.4-2.0 s:
-once the first half is done, its two ranks on CPU 0 wait in the final MPI_Allreduce and hand that CPU to
-each other (10,000-11,300 context switches each per 0.1 s, half a CPU each, no MPI call), while the second
-half shares CPU 1. The watch never saw it: the job's calls per second did not fall (the second half's pace
-is its own), nor did the partition stand idle. So at each watch read of a decided-local job the detector
-also reads each rank's MPI calls and context switches (the manager's counters): a CPU whose every rank made
-no call since the last read and gave up its CPU at MPI waits, while ranks of another CPU made calls, is
-stalled (`stalled_cpus`). Where the other placement would leave no CPU stalled so (its waiting ranks spread
-over CPUs with working ones), two reads in a row that find one move the job to it (logged `lbd_placement
-why=stalled_cpu`), watched on from there. Once per
-decision (no flapping; the next decision starts again in r mod P), and towards block only where a placement
-trial read block's pace. A rank that computes through a read makes no call and no switch: its CPU is
-working, not stalled. r mod P stalls the same way where the ranks that finish early are every P-th one: a
-ring whose odd ranks go on alone (patterns.c's ring-odd, 4 ranks on 2 CPUs) leaves ranks 0 and 2 waiting on
-CPU 0; without the rule 5 of 6 such runs (4x2) were re-measured by a fall and went to the global queue
-(2.28-2.48 s), with it 10 of 10 moved to block (1.71-2.28 s). A read that finds a CPU stalled is not a
-low one: the fall it explains would otherwise re-measure the job before the second stalled read. With the
-rule, 4 of 10 groups 4x2 runs kept block and each went back to r mod P 0.58 s later (1.77-1.82 s, the
-others 1.58-1.71 s). In two default runs of each of the 12 patterns and 5 apps at 4x2 and 8x2 (68 runs,
+placement it keeps can go wrong after it. groups 4x2 (bench/patterns.py: each half of the ranks reduces on a
+communicator of its own, the second for 4 times the rounds) kept block in 3 of 10 default runs, its trial
+reading block 1.07-1.25x as fast while both halves ran, and those runs took 3.1-3.9 s against 1.4-2.0 s: once
+the first half is done, its two ranks on CPU 0 wait in the final MPI_Allreduce and hand that CPU to each other
+(10,000-11,300 context switches each per 0.1 s, half a CPU each, no MPI call), while the second half shares
+CPU 1. The watch never saw it: the job's calls per second did not fall (the second half's pace is its own),
+nor did the partition stand idle. So at each watch read of a decided-local job the detector also reads each
+rank's MPI calls and context switches (the manager's counters): a CPU whose every rank made no call since the
+last read and gave up its CPU at MPI waits, while ranks of another CPU made calls, is stalled
+(`stalled_cpus`). Where the other placement would leave no CPU stalled so (its waiting ranks spread over CPUs
+with working ones), two reads in a row that find one move the job to it (logged `lbd_placement
+why=stalled_cpu`), watched on from there. Once per decision (no flapping; the next decision starts again in r
+mod P), and towards block only where a placement trial read block's pace. A rank that computes through a read
+makes no call and no switch: its CPU is working, not stalled. r mod P stalls the same way where the ranks that
+finish early are every P-th one: a ring whose odd ranks go on alone (patterns.c's ring-odd, 4 ranks on 2 CPUs)
+leaves ranks 0 and 2 waiting on CPU 0; without the rule 5 of 6 such runs (4x2) were re-measured by a fall and
+went to the global queue (2.28-2.48 s), with it 10 of 10 moved to block (1.71-2.28 s). A read that finds a CPU
+stalled is not a low one: the fall it explains would otherwise re-measure the job before the second stalled
+read. With the rule, 4 of 10 groups 4x2 runs kept block and each went back to r mod P 0.58 s later (1.77-1.82
+s, the others 1.58-1.71 s). In two default runs of each of the 12 patterns and 5 apps at 4x2 and 8x2 (68 runs,
 14 of them kept block) the rule moved one job, groups 4x2 in block, and nothing else.
-tests/test_runtime_placement.py runs `halves` (patterns.c: halo-persist, then its second half alone),
-which keeps block in most runs and stalls CPU 0 after it, and ring-odd.
+tests/test_runtime_placement.py runs `halves` (patterns.c: halo-persist, then its second half alone), which
+keeps block in most runs and stalls CPU 0 after it, and ring-odd.
 
 The pace after a move (2026-12-05): the watch compares a job with its pace over the placement trial, but a
 stall is a change of phase (ranks done), so that pace is the phase's before it. 2 of 10 ring-odd runs that
@@ -306,9 +305,9 @@ took 2.19 and 2.28 s against 1.71-2.07 s. So the first watch read after a move i
 is watched on at the lower of the moved-to placement's pace over the trial and that read's, per second and
 per CPU second (`_rebased`; logged `lbd_watch_pace`): the watch is never made keener by it. A read over
 fewer than `window_calls` calls per rank is no pace (a phase or two): it is judged as before, and the next
-read is the first. In 10 more
-ring-odd runs the first reads after the move came at 0.50-0.84 of block's pace over the trial (a read under
-0.5 is low); in 8 halves runs every first read was faster than r mod P's pace over the trial, which stayed.
+read is the first. In 10 more ring-odd runs the first reads after the move came at 0.50-0.84 of block's pace
+over the trial (a read under 0.5 is low); in 8 halves runs every first read was faster than r mod P's pace
+over the trial, which stayed.
 
 One CPU (ours): a partition of one CPU has nothing to balance - one token, every rank in its one
 queue - so the detector decides local queues at once, without measuring (`one_cpu`), and measures
@@ -868,8 +867,7 @@ def lbd_step(
         if stall and state.watch_stall and since < params.remeasure_quanta:  # two reads in a row
             return _moved(state, since, (calls, now, n, cpu), ranks)  # type: ignore[arg-type]
         # The first read after a move, over enough calls to be a pace: that of the phase that stalled.
-        paced = low is not None and calls - state.watch[0] >= params.window_calls * max(1, n)  # type: ignore[index,operator]
-        if paced and state.rebase:
+        if state.rebase and low is not None and calls - state.watch[0] >= params.window_calls * max(1, n):  # type: ignore[index,operator]
             return _rebased(state, since, (calls, now, n, cpu), ranks)  # type: ignore[arg-type]
         # Two reads in a row: one is a stretch of outside load. A read that finds a CPU stalled is not low: the
         # next one moves the placement if the stall lasts (a fall it explains would re-measure the job first).

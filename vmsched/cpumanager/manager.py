@@ -75,6 +75,11 @@ def parse_faults(spec: str | None) -> Faults:
     return faults.parse_faults(spec, FAULTS_ENV, "quantum")
 
 
+def _placement(state: LbdState) -> int:
+    """The placement (shm_layout's PLACE_*) the detector's state puts the job's ranks in."""
+    return L.PLACE_BLOCK if state.block else L.PLACE_CYCLIC
+
+
 def _wkey(key: RankKey) -> tuple[str, int, int]:
     return ("rank", *key)
 
@@ -524,7 +529,7 @@ class CpuManager:
             self.table.set_lbd(j.slot, new.phase, new.cvcs or 0.0, new.ip)
             if new.decisions:  # until the first decision the job stays on the global queue it started on
                 self.table.set_queue(j.slot, L.QUEUE_LOCAL if new.queue_local else L.QUEUE_GLOBAL)
-                self.table.set_placement(j.slot, L.PLACE_BLOCK if new.block else L.PLACE_CYCLIC)
+                self.table.set_placement(j.slot, _placement(new))
         if new.decisions > state.decisions:
             event(log, "lbd_decision", job=j.job_id, cvcs=round(new.cvcs or 0, 4), ip=round(new.ip or 0, 4),
                   queue="local" if new.local else "global", decision=new.decisions,
@@ -539,15 +544,13 @@ class CpuManager:
             # The placement changed by the watch: the CPUs whose ranks made no calls, handing the CPU to each other
             # in their waits, at two reads in a row (module lbd: "A stalled CPU moves the placement").
             stalled = stalled_cpus(state.watch_ranks, new.watch_ranks, len(j.cpus), state.block)
-            placed = L.PLACE_BLOCK if new.block else L.PLACE_CYCLIC
-            event(log, "lbd_placement", job=j.job_id, placement=L.PLACEMENT_NAMES[placed], why="stalled_cpu",
+            event(log, "lbd_placement", job=j.job_id, placement=L.PLACEMENT_NAMES[_placement(new)], why="stalled_cpu",
                   stalled=",".join(str(j.cpus[c]) for c in stalled), calls_per_s_cyclic=round(new.wall_cyclic or 0),
                   calls_per_s_block=round(new.wall_block or 0))  # fmt: skip
         elif state.rebase and not new.rebase and new.phase == L.LBD_DECIDED:
             # The first watch read after that move: the pace the job is watched at from now on (module lbd: "A
             # stalled CPU moves the placement").
-            placed = L.PLACE_BLOCK if new.block else L.PLACE_CYCLIC
-            event(log, "lbd_watch_pace", job=j.job_id, placement=L.PLACEMENT_NAMES[placed],
+            event(log, "lbd_watch_pace", job=j.job_id, placement=L.PLACEMENT_NAMES[_placement(new)],
                   calls_per_s=round(new.wall_local or 0), calls_per_s_trial=round(state.wall_local or 0),
                   calls_per_cpu_s=round(new.rate_local or 0, 1))  # fmt: skip
         elif state.block_quanta and not new.block_quanta:
