@@ -1071,8 +1071,10 @@ def test_a_cpu_stalled_in_r_mod_p_moves_the_job_to_block() -> None:
 
 
 # The odd ranks' stencil once the even ones are done (ring-odd after its move to block): 5,000 calls per 0.1 s,
-# a sixth of block's pace over the placement trial, which was the ring's.
+# a sixth of block's pace over the placement trial, which was the ring's; and before the move, in r mod P with
+# CPU 0 stalled, 4,000 (ring-odd 4x2: 190,000-260,000 calls per second stalled, 270,000-500,000 after its move).
 STENCIL = ((0, 10_650), (2_500, 6_251), (0, 10_650), (2_500, 6_688))
+STENCIL_STALLED = ((0, 10_650), (2_000, 6_251), (0, 10_650), (2_000, 6_688))
 
 
 def test_after_a_move_the_watch_reads_the_pace_of_the_phase_that_stalled() -> None:
@@ -1080,7 +1082,8 @@ def test_after_a_move_the_watch_reads_the_pace_of_the_phase_that_stalled() -> No
     ring-odd (a ring, then its odd ranks alone on a stencil) moved to block in 10 of 10 runs, and 2 of them
     were then re-measured by a fall, the stencil's pace read against the ring's. The first watch read after
     the move is not judged; the job is watched on at the lower of the two paces."""
-    moved = watch_read(watch_read(kept_cyclic(), EVENS_DONE, 1.1, idle=0.1), EVENS_DONE, 1.2, idle=0.2)
+    stalled = watch_read(kept_cyclic(), STENCIL_STALLED, 1.1, idle=0.1)
+    moved = watch_read(stalled, STENCIL_STALLED, 1.2, idle=0.2)
     assert moved.block and moved.moved and moved.rebase and moved.wall_local == 300_000.0
     first = watch_read(moved, STENCIL, 1.3, idle=0.3)
     assert first.phase == LBD_DECIDED and first.block and not first.watch_low and not first.rebase
@@ -1107,6 +1110,39 @@ def test_after_a_move_the_watch_reads_the_pace_of_the_phase_that_stalled() -> No
     # A decision ends it: the next move reads afresh.
     assert not lbd_step(replace(moved, phase=LBD_STABLE, base_user=(0.0,) * 4, base_calls=0.0, base_wall=1.0),
                         [], [1.0] * 4, P, calls=1e9, ncpus=2, now=2.0).rebase  # fmt: skip
+
+
+def test_a_move_that_reads_slower_than_the_stall_is_undone() -> None:
+    """groups 8x2 kept block in 4 of 4 default runs of the suite, and its first half, once done, stalled CPU 0:
+    the move to r mod P then read 80,000-82,000 calls per second against 114,000-116,000 stalled in block (4
+    ranks reducing on one CPU hand the token to each other; spread over two they wait on each other across
+    CPUs), and those runs took 2.2 s against 1.74 s in block throughout. The first read after a move, 15 %
+    slower than the read that moved it, undoes it, once."""
+    stalled = watch_read(kept_block(), HALF_DONE, 1.1, idle=0.1)  # 217,740 calls per second, CPU 0 stalled
+    moved = watch_read(stalled, HALF_DONE, 1.2, idle=0.2)
+    assert not moved.block and moved.rebase and moved.stall_pace is not None
+    assert moved.stall_pace[0] == pytest.approx(217_740.0)
+    slower = ((0, 10_650), (0, 10_650), (7_000, 6_251), (7_000, 6_688))  # 140,000: 0.64 of it
+    back = watch_read(moved, slower, 1.3, idle=0.3)
+    assert back.block and back.moved and not back.rebase and back.stall_pace is None and back.phase == LBD_DECIDED
+    # Watched on at the lower of block's pace over its trial (400,000) and stalled (217,740), per second and
+    # per CPU second (the trial's 200,000; the stalled read's 217,740: 21,774 calls, 0.1 idle CPU s).
+    assert back.wall_local == pytest.approx(217_740.0) and back.rate_local == pytest.approx(200_000.0)
+    # Once only: the stall goes on, and nothing moves or re-measures the job.
+    on = watch_read(watch_read(back, HALF_DONE, 1.4, idle=0.4), HALF_DONE, 1.5, idle=0.5)
+    assert on.block and on.phase == LBD_DECIDED and on.queue_local and not on.watch_low
+    # Within the margin (0.9 of the stalled pace) the move stands, at the read's pace.
+    near = ((0, 10_650), (0, 10_650), (9_800, 6_251), (9_800, 6_688))
+    kept = watch_read(moved, near, 1.3, idle=0.3)
+    assert not kept.block and not kept.rebase and kept.wall_local == pytest.approx(196_000.0)
+    # A stalled read of too few calls is no pace to judge the move by.
+    few = ((0, 10_650), (0, 10_650), (150, 6_251), (150, 6_688))
+    quiet = watch_read(watch_read(kept_block(), few, 1.1, idle=0.1), few, 1.2, idle=0.2)
+    assert not quiet.block and quiet.moved and quiet.stall_pace is None
+    assert not watch_read(quiet, slower, 1.3, idle=0.3).block
+    # A decision ends it.
+    assert lbd_step(replace(moved, phase=LBD_STABLE, base_user=(0.0,) * 4, base_calls=0.0, base_wall=1.0), [],
+                    [1.0] * 4, P, calls=1e9, ncpus=2, now=2.0).stall_pace is None  # fmt: skip
 
 
 @pytest.mark.parametrize("case", ["both placements stall", "no ranks' calls"])

@@ -309,6 +309,21 @@ read is the first. In 10 more ring-odd runs the first reads after the move came 
 over the trial (a read under 0.5 is low); in 8 halves runs every first read was faster than r mod P's pace
 over the trial, which stayed.
 
+A move that reads slower is undone (2026-12-05): the rule above assumes that spreading a stalled CPU's
+waiting ranks over CPUs with working ones helps, and where the working ranks mostly communicate it does not.
+groups 8x2 kept block in 4 of 4 default runs of the whole suite, its first half's 4 ranks stalled CPU 0 once
+done, and the move to r mod P left the second half's 4 ranks 2 a CPU, waiting on each other across CPUs, where
+in block they handed one CPU's token to each other: 80,000-82,000 calls per second after the move against
+114,000-116,000 stalled, and runs of 2.2 s against 1.74 s in block throughout (local-block 1.28x as fast,
+paired [1.10-1.32]). The read that moved the job is of the new phase (none of the stalled CPU's ranks made a
+call in it) and in the placement it left, so it is a pace to judge the move by: where it held `window_calls`
+calls per rank (`stall_pace`), the first read after the move that makes `move_margin` (15 %) fewer calls per
+second than it moves the job back (logged `lbd_placement why=moved_slower`), watched on at the lower of that
+placement's pace over its trial and over the stalled read; once, the move counting as the decision's one.
+Measured (2026-12-05): ring-odd 4x2 read 1.4-2.0x as fast after its move to block as stalled (5 of 5 kept),
+halves 4x2 at least 1.13x after its move to r mod P (5 of 5 kept), groups 8x2 0.70-0.71 (2 of 2 undone, 1.75
+and 1.77 s; the 4 runs that kept r mod P 1.67-1.80 s).
+
 One CPU (ours): a partition of one CPU has nothing to balance - one token, every rank in its one
 queue - so the detector decides local queues at once, without measuring (`one_cpu`), and measures
 afresh, on the global queue, when the partition grows. On one CPU the two queues differ only in whom
@@ -361,6 +376,7 @@ class LbdParams:
     block_trial: bool = True  # a job kept on local queues by its trials is tried with a block placement too
     block_margin: float = 0.05  # ... and keeps it with this much more progress per second
     look_quanta: int = 3  # ... read over segments this long (after a quantum to switch), block and r mod P in turn
+    move_margin: float = 0.15  # a move by a stalled CPU is undone where the job then made this much less progress
 
 
 @dataclass(frozen=True)
@@ -417,6 +433,9 @@ class LbdState:
     wall_cyclic: float | None = None  # ... in r mod P over it
     moved: bool = False  # the watch changed the placement since the last decision (a CPU stalled): once only
     rebase: bool = False  # ... and has not read its pace since: the next read is the new phase's measure
+    # MPI calls per second of wall time and per CPU second (None: no idle times) over the read that moved it, in
+    # the placement it left (None: that read held too few calls to be a pace)
+    stall_pace: tuple[float, float | None] | None = None
 
     @property
     def queue_local(self) -> bool:
@@ -522,7 +541,7 @@ def _decide(state: LbdState, ip: float | None, local: bool, times: tuple[float, 
                    rate_local=None, wall_local=None, trial_quanta=1 if trial else 0, trial_base=calls or 0.0,
                    trial_len=quanta, hold_global=False, band=False, unread=False, global_quanta=0,
                    global_faster=False, watch=None, watch_low=False, watch_ranks=(), watch_stall=False, block=False,
-                   block_quanta=0, moved=False, rebase=False)  # fmt: skip
+                   block_quanta=0, moved=False, rebase=False, stall_pace=None)  # fmt: skip
 
 
 def _trial_due(state: LbdState, params: LbdParams) -> bool:
@@ -783,26 +802,39 @@ def _stall_moves(state: LbdState, ranks: tuple[tuple[float, float], ...], ncpus:
 
 
 def _moved(state: LbdState, since: int, watch: tuple[float, float, int, float | None],
-           ranks: tuple[tuple[float, float], ...]) -> LbdState:  # fmt: skip
+           ranks: tuple[tuple[float, float], ...], params: LbdParams) -> LbdState:  # fmt: skip
     """The other placement, at its pace over the placement trial, watched from this read (module docstring:
     "A stalled CPU moves the placement")."""
     block = not state.block
     calls, cpu = state.look[0][block], state.look[2][block]  # (r mod P, block)
     pace = state.wall_block if block else state.wall_cyclic
+    read = watched_rates(state, watch[0], watch[1], watch[3]) if state.watch is not None else None
+    enough = state.watch is not None and watch[0] - state.watch[0] >= params.window_calls * max(1, watch[2])
     return replace(state, since_decision=since, watch=watch, watch_low=False, watch_ranks=ranks, watch_stall=False,
                    block=block, moved=True, rebase=True, wall_local=pace or state.wall_local,
-                   rate_local=calls / cpu if cpu > 0 else state.rate_local)  # fmt: skip
+                   rate_local=calls / cpu if cpu > 0 else state.rate_local,
+                   stall_pace=read if enough else None)  # fmt: skip
 
 
 def _rebased(state: LbdState, since: int, watch: tuple[float, float, int, float | None],
-             ranks: tuple[tuple[float, float], ...]) -> LbdState:  # fmt: skip
+             ranks: tuple[tuple[float, float], ...], params: LbdParams) -> LbdState:  # fmt: skip
     """The first watch read after a move: the job is watched on at the lower of the moved-to placement's pace
     over the placement trial and its pace since the move (module docstring: "A stalled CPU moves the
     placement"); the read itself is not judged."""
     wall, per_cpu = watched_rates(state, watch[0], watch[1], watch[3])  # type: ignore[misc]
+    was = dict(stall_pace=None, rebase=False, since_decision=since, watch=watch, watch_low=False, watch_ranks=ranks,
+               watch_stall=False)  # fmt: skip
+    if state.stall_pace is not None and wall * (1 + params.move_margin) < state.stall_pace[0]:
+        # Slower than it was stalled: undone, watched on at the lower of the left placement's pace over its
+        # trial and over the read that moved it (module docstring: "A move that reads slower is undone").
+        block = not state.block
+        calls, cpu = state.look[0][block], state.look[2][block]  # (r mod P, block)
+        trial = (state.wall_block if block else state.wall_cyclic) or state.stall_pace[0]
+        rates = [r for r in (calls / cpu if cpu > 0 else None, state.stall_pace[1]) if r]
+        return replace(state, block=block, wall_local=min(trial, state.stall_pace[0]),
+                       rate_local=min(rates) if rates else state.rate_local, **was)  # type: ignore[arg-type]  # fmt: skip
     rate = state.rate_local if per_cpu is None or not state.rate_local else min(state.rate_local, per_cpu)
-    return replace(state, since_decision=since, watch=watch, watch_low=False, watch_ranks=ranks, watch_stall=False,
-                   rebase=False, wall_local=min(state.wall_local or wall, wall), rate_local=rate)  # fmt: skip
+    return replace(state, wall_local=min(state.wall_local or wall, wall), rate_local=rate, **was)  # type: ignore[arg-type]
 
 
 def _next_window(state: LbdState, times: tuple[float, ...], calls: float | None, idle: float | None,
@@ -865,10 +897,10 @@ def lbd_step(
         stall = low is not None and _stall_moves(state, ranks, ncpus, params)
         n = len(user_times) if user_times is not None else 0
         if stall and state.watch_stall and since < params.remeasure_quanta:  # two reads in a row
-            return _moved(state, since, (calls, now, n, cpu), ranks)  # type: ignore[arg-type]
+            return _moved(state, since, (calls, now, n, cpu), ranks, params)  # type: ignore[arg-type]
         # The first read after a move, over enough calls to be a pace: that of the phase that stalled.
         if state.rebase and low is not None and calls - state.watch[0] >= params.window_calls * max(1, n):  # type: ignore[index,operator]
-            return _rebased(state, since, (calls, now, n, cpu), ranks)  # type: ignore[arg-type]
+            return _rebased(state, since, (calls, now, n, cpu), ranks, params)  # type: ignore[arg-type]
         # Two reads in a row: one is a stretch of outside load. A read that finds a CPU stalled is not low: the
         # next one moves the placement if the stall lasts (a fall it explains would re-measure the job first).
         low = low and not stall

@@ -540,13 +540,21 @@ class CpuManager:
                   calls_per_cpu_s_local=round(new.rate_local or 0, 1), calls_per_s_global=round(new.wall_global or 0),
                   calls_per_s_local=round(new.wall_local or 0), calls_per_cpu_s_decided=round(new.rate_decided or 0, 1),
                   calls_per_s_decided=round(new.wall_decided or 0))  # fmt: skip
+        elif state.rebase and new.block != state.block:
+            # The first read after that move found the job slower than it was stalled: the move undone (module lbd:
+            # "A move that reads slower is undone").
+            pace = watched_rates(state, new.watch[0], new.watch[1], new.watch[3]) if new.watch else None
+            event(log, "lbd_placement", job=j.job_id, placement=L.PLACEMENT_NAMES[_placement(new)], why="moved_slower",
+                  calls_per_s=round(pace[0]) if pace else 0,
+                  calls_per_s_stalled=round(state.stall_pace[0]) if state.stall_pace else 0)  # fmt: skip
         elif new.moved and new.block != state.block:
             # The placement changed by the watch: the CPUs whose ranks made no calls, handing the CPU to each other
             # in their waits, at two reads in a row (module lbd: "A stalled CPU moves the placement").
             stalled = stalled_cpus(state.watch_ranks, new.watch_ranks, len(j.cpus), state.block)
             event(log, "lbd_placement", job=j.job_id, placement=L.PLACEMENT_NAMES[_placement(new)], why="stalled_cpu",
                   stalled=",".join(str(j.cpus[c]) for c in stalled), calls_per_s_cyclic=round(new.wall_cyclic or 0),
-                  calls_per_s_block=round(new.wall_block or 0))  # fmt: skip
+                  calls_per_s_block=round(new.wall_block or 0),
+                  calls_per_s_stalled=round(new.stall_pace[0]) if new.stall_pace else 0)  # fmt: skip
         elif state.rebase and not new.rebase and new.phase == L.LBD_DECIDED:
             # The first watch read after that move: the pace the job is watched at from now on (module lbd: "A
             # stalled CPU moves the placement").
