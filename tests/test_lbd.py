@@ -1116,8 +1116,8 @@ def test_a_move_that_reads_slower_than_the_stall_is_undone() -> None:
     """groups 8x2 kept block in 4 of 4 default runs of the suite, and its first half, once done, stalled CPU 0:
     the move to r mod P then read 80,000-82,000 calls per second against 114,000-116,000 stalled in block (4
     ranks reducing on one CPU hand the token to each other; spread over two they wait on each other across
-    CPUs), and those runs took 2.2 s against 1.74 s in block throughout. The first read after a move, 15 %
-    slower than the read that moved it, undoes it, once."""
+    CPUs), and those runs took 2.2 s against 1.74 s in block throughout. A first read after a move at which the
+    read that moved it was over 1.15x as fast undoes it, once."""
     stalled = watch_read(kept_block(), HALF_DONE, 1.1, idle=0.1)  # 217,740 calls per second, CPU 0 stalled
     moved = watch_read(stalled, HALF_DONE, 1.2, idle=0.2)
     assert not moved.block and moved.rebase and moved.stall_pace is not None

@@ -317,9 +317,10 @@ in block they handed one CPU's token to each other: 80,000-82,000 calls per seco
 114,000-116,000 stalled, and runs of 2.2 s against 1.74 s in block throughout (local-block 1.28x as fast,
 paired [1.10-1.32]). The read that moved the job is of the new phase (none of the stalled CPU's ranks made a
 call in it) and in the placement it left, so it is a pace to judge the move by: where it held `window_calls`
-calls per rank (`stall_pace`), the first read after the move that makes `move_margin` (15 %) fewer calls per
-second than it moves the job back (logged `lbd_placement why=moved_slower`), watched on at the lower of that
-placement's pace over its trial and over the stalled read; once, the move counting as the decision's one.
+calls per rank (`stall_pace`), a first read after the move at which it made over 1 + `move_margin` (1.15)
+times as many calls per second moves the job back (logged `lbd_placement why=moved_slower`), watched on at
+the lower of that placement's pace over its trial and over the stalled read; once, the move counting as the
+decision's one.
 Measured (2026-12-05): ring-odd 4x2 read 1.4-2.0x as fast after its move to block as stalled (5 of 5 kept),
 halves 4x2 at least 1.13x after its move to r mod P (5 of 5 kept), groups 4x2 at least 1.56x (3 of 3 kept),
 groups 8x2 0.70-0.71 (2 of 2 undone, 1.75 and 1.77 s; the 4 runs that kept r mod P 1.67-1.80 s).
@@ -376,7 +377,7 @@ class LbdParams:
     block_trial: bool = True  # a job kept on local queues by its trials is tried with a block placement too
     block_margin: float = 0.05  # ... and keeps it with this much more progress per second
     look_quanta: int = 3  # ... read over segments this long (after a quantum to switch), block and r mod P in turn
-    move_margin: float = 0.15  # a move by a stalled CPU is undone where the job then made this much less progress
+    move_margin: float = 0.15  # a move by a stalled CPU is undone where the stalled read was this much faster
 
 
 @dataclass(frozen=True)
