@@ -323,7 +323,7 @@ the lower of that placement's pace over its trial and over the stalled read; onc
 decision's one.
 Measured (2026-12-05): ring-odd 4x2 read 1.4-2.0x as fast after its move to block as stalled (5 of 5 kept),
 halves 4x2 at least 1.13x after its move to r mod P (5 of 5 kept), groups 4x2 at least 1.56x (3 of 3 kept),
-groups 8x2 0.70-0.71 (2 of 2 undone, 1.75 and 1.77 s; the 4 runs that kept r mod P 1.67-1.80 s).
+groups 8x2 0.70-0.72 (2 of 2 undone, 1.75 and 1.77 s; the 4 runs that kept r mod P 1.67-1.80 s).
 
 One CPU (ours): a partition of one CPU has nothing to balance - one token, every rank in its one
 queue - so the detector decides local queues at once, without measuring (`one_cpu`), and measures
