@@ -802,19 +802,28 @@ def _stall_moves(state: LbdState, ranks: tuple[tuple[float, float], ...], ncpus:
     return bool(now) and not other
 
 
+def _trial_pace(state: LbdState, block: bool) -> tuple[float | None, float | None]:
+    """A placement's MPI calls per second of wall time and per CPU second over the placement trial."""
+    calls, cpu = state.look[0][block], state.look[2][block]  # (r mod P, block)
+    return state.wall_block if block else state.wall_cyclic, calls / cpu if cpu > 0 else None
+
+
+def _a_pace(state: LbdState, calls: float, ranks: int, params: LbdParams) -> bool:
+    """Whether the calls since the last watch read are enough to read a pace from: `window_calls` a rank."""
+    return state.watch is not None and calls - state.watch[0] >= params.window_calls * max(1, ranks)
+
+
 def _moved(state: LbdState, since: int, watch: tuple[float, float, int, float | None],
            ranks: tuple[tuple[float, float], ...], params: LbdParams) -> LbdState:  # fmt: skip
     """The other placement, at its pace over the placement trial, watched from this read (module docstring:
-    "A stalled CPU moves the placement")."""
+    "A stalled CPU moves the placement"); this read's pace, where it is one, judges the move ("A move that
+    reads slower is undone")."""
     block = not state.block
-    calls, cpu = state.look[0][block], state.look[2][block]  # (r mod P, block)
-    pace = state.wall_block if block else state.wall_cyclic
-    read = watched_rates(state, watch[0], watch[1], watch[3]) if state.watch is not None else None
-    enough = state.watch is not None and watch[0] - state.watch[0] >= params.window_calls * max(1, watch[2])
+    wall, rate = _trial_pace(state, block)
+    stalled = watched_rates(state, watch[0], watch[1], watch[3]) if _a_pace(state, watch[0], watch[2], params) else None
     return replace(state, since_decision=since, watch=watch, watch_low=False, watch_ranks=ranks, watch_stall=False,
-                   block=block, moved=True, rebase=True, wall_local=pace or state.wall_local,
-                   rate_local=calls / cpu if cpu > 0 else state.rate_local,
-                   stall_pace=read if enough else None)  # fmt: skip
+                   block=block, moved=True, rebase=True, wall_local=wall or state.wall_local,
+                   rate_local=rate if rate is not None else state.rate_local, stall_pace=stalled)  # fmt: skip
 
 
 def _rebased(state: LbdState, since: int, watch: tuple[float, float, int, float | None],
@@ -823,19 +832,18 @@ def _rebased(state: LbdState, since: int, watch: tuple[float, float, int, float 
     over the placement trial and its pace since the move (module docstring: "A stalled CPU moves the
     placement"); the read itself is not judged."""
     wall, per_cpu = watched_rates(state, watch[0], watch[1], watch[3])  # type: ignore[misc]
-    was = dict(stall_pace=None, rebase=False, since_decision=since, watch=watch, watch_low=False, watch_ranks=ranks,
-               watch_stall=False)  # fmt: skip
-    if state.stall_pace is not None and wall * (1 + params.move_margin) < state.stall_pace[0]:
+    read = replace(state, stall_pace=None, rebase=False, since_decision=since, watch=watch, watch_low=False,
+                   watch_ranks=ranks, watch_stall=False)  # fmt: skip
+    stalled = state.stall_pace
+    if stalled is not None and wall * (1 + params.move_margin) < stalled[0]:
         # Slower than it was stalled: undone, watched on at the lower of the left placement's pace over its
         # trial and over the read that moved it (module docstring: "A move that reads slower is undone").
-        block = not state.block
-        calls, cpu = state.look[0][block], state.look[2][block]  # (r mod P, block)
-        trial = (state.wall_block if block else state.wall_cyclic) or state.stall_pace[0]
-        rates = [r for r in (calls / cpu if cpu > 0 else None, state.stall_pace[1]) if r]
-        return replace(state, block=block, wall_local=min(trial, state.stall_pace[0]),
-                       rate_local=min(rates) if rates else state.rate_local, **was)  # type: ignore[arg-type]  # fmt: skip
+        trial_wall, trial_rate = _trial_pace(state, not state.block)
+        rates = [r for r in (trial_rate, stalled[1]) if r]
+        return replace(read, block=not state.block, wall_local=min(trial_wall or stalled[0], stalled[0]),
+                       rate_local=min(rates) if rates else state.rate_local)  # fmt: skip
     rate = state.rate_local if per_cpu is None or not state.rate_local else min(state.rate_local, per_cpu)
-    return replace(state, wall_local=min(state.wall_local or wall, wall), rate_local=rate, **was)  # type: ignore[arg-type]
+    return replace(read, wall_local=min(state.wall_local or wall, wall), rate_local=rate)
 
 
 def _next_window(state: LbdState, times: tuple[float, ...], calls: float | None, idle: float | None,
@@ -900,7 +908,7 @@ def lbd_step(
         if stall and state.watch_stall and since < params.remeasure_quanta:  # two reads in a row
             return _moved(state, since, (calls, now, n, cpu), ranks, params)  # type: ignore[arg-type]
         # The first read after a move, over enough calls to be a pace: that of the phase that stalled.
-        if state.rebase and low is not None and calls - state.watch[0] >= params.window_calls * max(1, n):  # type: ignore[index,operator]
+        if state.rebase and low is not None and _a_pace(state, calls, n, params):  # type: ignore[arg-type]
             return _rebased(state, since, (calls, now, n, cpu), ranks, params)  # type: ignore[arg-type]
         # Two reads in a row: one is a stretch of outside load. A read that finds a CPU stalled is not low: the
         # next one moves the placement if the stall lasts (a fall it explains would re-measure the job first).
