@@ -77,7 +77,10 @@ statistics: over 8 rounds the 2nd smallest to the 2nd largest ratio, covering 93
 interval lies above 1.1 is slower than the bound, one whose interval straddles it is not told apart
 from it by these rounds (JSON: `default_vs_best_paired_surely_over_1_1`, `..._maybe_over_1_1`). Across
 cases, the geometric mean of the paired default / best and of the A/A (`..._geomean`): what the detector
-costs every program shows there, where one case's noise is averaged out.
+costs every program shows there, where one case's noise is averaged out. Beside each paired ratio, the
+seconds default loses to that way, the median of the rounds' differences (JSON:
+`default_minus_best_paired_s_worst`): a fixed cost, such as the detector's settling, is the same seconds
+in a run of 1 s as in one of 5 s, while its ratio falls as runs grow.
 Last line: JSON.
 
     python bench/patterns.py [--quick] [--reps 3] [--confirm 8] [--programs ring,halo2d,ep] [--shapes 4x1,8x2]
@@ -93,6 +96,7 @@ import hashlib
 import itertools
 import json
 import math
+import operator
 import os
 import re
 import shlex
@@ -610,6 +614,7 @@ def make_row(prog: Program, nranks: int, cpus: int, reps: int, runs: dict[str, l
             "capped": sorted(w for w, rs in runs.items() if rs[0].capped),
             "held_out": held_out(runs),
             "paired": paired_ratios(runs, more),
+            "paired_s": {w: round(statistics.median(v), 4) for w, v in paired_lists(runs, more, operator.sub).items()},
             "paired_ci": {w: [round(x, 4) for x in median_ci(v)] for w, v in paired_lists(runs, more).items()},
             "confirmed": {w: len(rs) for w, rs in more.items() if w != "default"},
             "decisions": [r.decisions for r in runs["default"] if r.decisions],
@@ -624,12 +629,14 @@ def paired(runs: dict[str, list[Run]], way: str, rounds: range | list[int]) -> f
     return statistics.median(runs["default"][i].seconds / runs[way][i].seconds for i in rounds)
 
 
-def paired_lists(runs: dict[str, list[Run]], more: dict[str, list[Run]] | None = None) -> dict[str, list[float]]:
+def paired_lists(runs: dict[str, list[Run]], more: dict[str, list[Run]] | None = None,
+                 op: Callable[[float, float], float] = operator.truediv) -> dict[str, list[float]]:  # fmt: skip
     """default / each way, round by round: a round's two runs share the node's state (other load, its
     memory), and the node's speed drifts by 20-30 % within an hour on a shared machine, which moves a
     ratio of medians. Ways stopped at the cap are left out (their times are bounds). `more`: confirming
     rounds (--confirm), each with default and the ways it ran; a way's ratios in them join its ratios in
-    the rounds."""
+    the rounds. `op` compares a round's two times: the ratio, or `operator.sub` for the seconds default
+    loses in it."""
     n, more = len(runs["default"]), more or {}
     out = {}
     for w, rs in runs.items():
@@ -637,7 +644,7 @@ def paired_lists(runs: dict[str, list[Run]], more: dict[str, list[Run]] | None =
             continue
         extra = more.get(w, [])  # a confirming round runs default and each of its ways once
         mine = [*runs["default"], *more.get("default", [])[: len(extra)]]
-        out[w] = [d.seconds / x.seconds for d, x in zip(mine, [*rs, *extra], strict=True)]
+        out[w] = [op(d.seconds, x.seconds) for d, x in zip(mine, [*rs, *extra], strict=True)]
     return out
 
 
@@ -687,7 +694,10 @@ def ratios(row: dict) -> dict[str, float]:
         out["default_vs_best_held_out"] = row["held_out"]["default_vs_best"]
     pr = row.get("paired", {})
     if pr:  # against the way default loses most to, round by round; and against taskset so
-        out["default_vs_best_paired"] = max(v for w, v in pr.items() if w in VMSCHED_WAYS)
+        worst = max((w for w in pr if w in VMSCHED_WAYS), key=pr.get)
+        out["default_vs_best_paired"] = pr[worst]
+        if worst in row.get("paired_s", {}):  # the seconds default loses to that way
+            out["default_minus_best_paired_s"] = row["paired_s"][worst]
         ci = [c for w, c in row.get("paired_ci", {}).items() if w in VMSCHED_WAYS]
         if ci:  # the highest low end (over against some way, beyond noise) and the highest high end
             out["default_vs_best_paired_ci"] = (max(c[0] for c in ci), max(c[1] for c in ci))
@@ -745,6 +755,9 @@ def report(rows: list[dict], plot: Path | None) -> int:
             print(f"    default / way, median of the rounds' ratios{cover}: "
                   + " ".join(f"{w} {v:.2f}" + (f" [{ci[w][0]:.2f}-{ci[w][1]:.2f}]" if w in ci else "")
                              for w, v in row["paired"].items()))  # fmt: skip
+        if row.get("paired_s"):
+            print("    default - way, seconds, median of the rounds' differences: "
+                  + " ".join(f"{w} {v:+.3f}" for w, v in row["paired_s"].items()))  # fmt: skip
     if STARTUP:  # what a command timed by its wall clock was charged less (net)
         print("\nstart-up subtracted from commands timed by their wall clock (median of 3 near-empty runs): "
               + ", ".join(f"{w} {n}x{c} {v:.3f} s" for (w, n, c), v in sorted(STARTUP.items())))  # fmt: skip
@@ -778,6 +791,9 @@ def report(rows: list[dict], plot: Path | None) -> int:
         if vals:
             figures[f"{key}_worst"] = round(max(vals), 3)
             figures[f"{key}_over_1_1"] = sum(v > 1.1 for v in vals)
+    lost = [r["default_minus_best_paired_s"] for r in rs if "default_minus_best_paired_s" in r]
+    if lost:  # in seconds: a fixed cost reads alike in cases of any length
+        figures["default_minus_best_paired_s_worst"] = round(max(lost), 3)
     for key in ("default_vs_best_paired", "default_vs_again_paired"):  # across cases: what is common to them
         vals = [r[key] for r in rs if key in r]
         if vals:

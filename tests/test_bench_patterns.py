@@ -5,6 +5,7 @@ is reported, not averaged. Behaviour only: the times are whatever this node give
 from __future__ import annotations
 
 import json
+import operator
 import statistics
 import subprocess
 import sys
@@ -177,6 +178,38 @@ def test_paired_ratios_follow_each_round_not_the_medians():
     # the A/A is reported, and never taken for the best way, paired or not
     assert r["default_vs_again_paired"] == pytest.approx(1.05 / 0.9, abs=1e-4)
     assert r["default_vs_best"] == pytest.approx(statistics.median([1.05, 1.575]) / statistics.median([1.0, 1.5]))
+
+
+def test_the_seconds_default_loses_are_paired_as_its_ratios_are(capsys):
+    # A fixed cost: default loses 0.1 s to local in every round, in a case of 1-s runs and in one of 5-s
+    # runs. Its ratio falls from 1.1 to 1.02 with the length of the runs, the seconds it loses do not;
+    # they are read against the way default loses most to by its ratio, round by round as the ratios are.
+    bench = load_script(BENCH)
+    run = bench.Run
+
+    def row(base: float) -> dict:
+        runs = {
+            "default": [run(True, "c", base + 0.1), run(True, "c", 1.5 * base + 0.1)],
+            "taskset": [run(True, "c", 2 * base)] * 2,
+            "local": [run(True, "c", base), run(True, "c", 1.5 * base)],
+            "progress": [run(True, "c", base + 0.2), run(True, "c", 1.5 * base + 0.15)],  # slower than default
+            "again": [run(True, "c", base + 0.1), run(True, "c", 1.5 * base + 0.1)],
+        }
+        return bench.make_row(SimpleNamespace(label="p", iters=1), 4, 2, 2, runs, 1.0)
+
+    short, long = row(1.0), row(5.0)
+    assert short["paired_s"]["local"] == pytest.approx(0.1) and long["paired_s"]["local"] == pytest.approx(0.1)
+    assert short["paired_s"]["progress"] == pytest.approx(-0.075)  # the median of -0.1 and -0.05
+    one = {"default": [run(True, "c", 2.0)], "taskset": [run(True, "c", 0.5)]}
+    assert bench.paired_lists(one, op=operator.sub) == {"taskset": [1.5]}  # default - way, not the other way
+    assert bench.ratios(short)["default_vs_best_paired"] > bench.ratios(long)["default_vs_best_paired"]
+    assert bench.ratios(short)["default_minus_best_paired_s"] == pytest.approx(0.1)
+    assert bench.ratios(long)["default_minus_best_paired_s"] == pytest.approx(0.1)
+    long["paired_s"]["local"] = 0.3  # the worst case's seconds are the JSON's
+    assert bench.report([short, long], None) == 0
+    out = capsys.readouterr().out
+    assert json.loads(out.splitlines()[-1])["default_minus_best_paired_s_worst"] == pytest.approx(0.3)
+    assert "default - way, seconds, median of the rounds' differences: taskset " in out and "local +0.100" in out
 
 
 def test_confirming_rounds_rerun_the_ways_default_loses_to_and_join_their_paired_ratios():
