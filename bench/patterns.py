@@ -607,15 +607,16 @@ def make_row(prog: Program, nranks: int, cpus: int, reps: int, runs: dict[str, l
     want = {w: ref if mine is None or w in PLAIN_WAYS else mine for w in (*runs, *more)}
     bad = sorted({w for w, rs in checked_runs(runs, more, calibration) for r in rs
                   if not r.capped and (not r.ok or r.checksum != want[w].checksum)})  # fmt: skip
+    lists, lost = paired_lists(runs, more), paired_lists(runs, more, operator.sub)
     return {"program": prog.label, "ranks": nranks, "cpus": cpus, "iters": prog.iters, "reps": reps, "min_s": min_s,
             "seconds": {w: round(statistics.median(r.seconds for r in rs), 4) for w, rs in runs.items()},
             "range": {w: [round(min(r.seconds for r in rs), 4), round(max(r.seconds for r in rs), 4)]
                       for w, rs in runs.items()},
             "capped": sorted(w for w, rs in runs.items() if rs[0].capped),
             "held_out": held_out(runs),
-            "paired": paired_ratios(runs, more),
-            "paired_s": {w: round(statistics.median(v), 4) for w, v in paired_lists(runs, more, operator.sub).items()},
-            "paired_ci": {w: [round(x, 4) for x in median_ci(v)] for w, v in paired_lists(runs, more).items()},
+            "paired": {w: round(statistics.median(v), 4) for w, v in lists.items()},
+            "paired_s": {w: round(statistics.median(v), 4) for w, v in lost.items()},
+            "paired_ci": {w: [round(x, 4) for x in median_ci(v)] for w, v in lists.items()},
             "confirmed": {w: len(rs) for w, rs in more.items() if w != "default"},
             "decisions": [r.decisions for r in runs["default"] if r.decisions],
             "reference": reference, "bad": bad,
