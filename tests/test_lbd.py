@@ -30,7 +30,7 @@ def drive(rates: Rates, quanta: int, params: LbdParams = P, state: LbdState | No
           idle: Callable[[bool], float] | None = None, local_rates: Rates | None = None,
           clock: bool = False, decided: float | None = None,
           fall: tuple[int, float] | None = None, block: float = 1.0,
-          node: Callable[[int], float] | None = None) -> list[LbdState]:  # fmt: skip
+          node: Callable[[int], float] | None = None, ncpus: int | None = None) -> list[LbdState]:  # fmt: skip
     """Run the detector over `quanta` quanta; `noise()` shifts each CPU time read (a rank caught
     inside or outside a compute phase); `speed(local)`: the job's MPI calls per CPU second of its ranks
     on that queue (None: the manager gives no call counts); `idle(local)`: the CPUs of its partition
@@ -40,7 +40,8 @@ def drive(rates: Rates, quanta: int, params: LbdParams = P, state: LbdState | No
     ranks yield before they sleep, the decided queue's sleep at once); `fall`: (quantum, share): from that
     quantum on, local queues make only that share of their calls (the program changed there); `block`: local
     queues in a block placement make this many times their calls per CPU second in r mod P; `node(q)`: the
-    share of its speed the node has in quantum q (its CPUs slowed by what runs beside it)."""
+    share of its speed the node has in quantum q (its CPUs slowed by what runs beside it); `ncpus`: the size of
+    its partition, as the manager gives it (None: not given)."""
     state = state or LbdState()
     n = len(rates(0))
     cpu, sw, calls, idled = [0.0] * n, [0.0] * n, 0.0, 0.0
@@ -63,7 +64,7 @@ def drive(rates: Rates, quanta: int, params: LbdParams = P, state: LbdState | No
         if state.wants_user_times(params):
             user = [c + (noise() if noise else 0.0) for c in cpu]
         state = lbd_step(state, sw, user, params, calls if speed else None,
-                         idle=idled if idle and user is not None else None,
+                         ncpus=ncpus, idle=idled if idle and user is not None else None,
                          now=(q + 1) * Q if clock and user is not None else None)  # fmt: skip
         out.append(state)
     return out
@@ -538,12 +539,18 @@ def test_a_busy_job_whose_cvcs_never_settles_is_measured_after_settle_quanta() -
 
 
 def test_a_partition_of_one_cpu_is_decided_local_at_once_and_measured_when_it_grows() -> None:
-    """One CPU has nothing to balance: local queues without measuring. Two CPUs later: measured as a new
-    job is (on the global queue), and decided by its window."""
+    """One CPU has nothing to balance: local queues without measuring (and a queue trial, below, where the
+    ranks' calls are counted). Two CPUs later: measured as a new job is (on the global queue), and decided by
+    its window."""
     imbalanced = [0.5, 0.1, 0.1, 0.1]
     state = lbd_step(LbdState(), [20.0] * 4, None, P, ncpus=1)
     assert (state.phase, state.local, state.one_cpu, state.queue_local, state.decisions) == (
         LBD_DECIDED, True, True, True, 1)  # fmt: skip
+    assert state.block_quanta == 1  # its queue trial begins
+    untried = lbd_step(state, [40.0] * 4, None, P, ncpus=1)  # no call counts to judge it by: local queues
+    assert untried.queue_local and not untried.block_quanta and untried.decisions == 1
+    assert not untried.wants_user_times(P)  # nothing to read on one CPU outside a trial
+    state = untried
     assert lbd_step(state, [40.0] * 4, None, P, ncpus=1) is state  # stays decided, no new decision
     assert lbd_step(state, [40.0] * 4, None, P, ncpus=0) is state  # no partition now: nothing to step
     grown = lbd_step(state, [60.0] * 4, None, P, ncpus=2)
@@ -554,6 +561,119 @@ def test_a_partition_of_one_cpu_is_decided_local_at_once_and_measured_when_it_gr
     # A job measured on two CPUs that shrinks to one goes to local queues at once.
     shrunk = lbd_step(states[-1], [0.0] * 4, None, P, ncpus=1)
     assert shrunk.queue_local and shrunk.one_cpu and shrunk.decisions == 3
+
+
+def queue_segments(states: list[LbdState], start: int) -> list[tuple[int, int, bool]]:
+    """(first quantum, quanta, local) of each segment of the queue trial (one CPU) that begins at `start`."""
+    segs: list[tuple[int, int, bool]] = []
+    for q, n in trials_by(states, "block_quanta"):
+        if q >= start and (not segs or q == segs[-1][0] + segs[-1][1]):
+            segs.append((q, n, states[q].queue_local))
+    return segs
+
+
+ONE_CPU = [0.25] * 4  # 4 ranks folded onto one CPU: a quarter of it each
+
+
+@pytest.mark.parametrize(("glob", "kept", "rounds"), [
+    (1.15, True, None),  # IMB Gather 4x1: 1.15x as fast on the global queue (`progress`) as on local queues
+    (1.10, True, None),  # ahead, not by trial_margin: to its end
+    (1.03, False, None),  # not block_margin ahead: to its end, local queues stay
+    (0.95, False, 1),  # behind, not clearly: it did not lead its first round, which ends it
+    (0.50, False, 1),  # a ring on one CPU: clearly behind after its first round
+])  # fmt: skip
+def test_on_one_cpu_local_queues_are_tried_against_the_global_queue_by_segments(
+    glob: float, kept: bool, rounds: int | None
+) -> None:
+    """On one CPU the queues differ only in whom the token goes to: collectives of 4 ranks ran 1.1-1.15x as
+    fast on the global queue there (IMB-MPI1 Gather, Reduce_scatter, Allgatherv), rings slower. So the job,
+    local at once, is tried by segments, local, global, global, local and again, as the placement trial
+    does on two CPUs; it keeps the global queue only if it made `block_margin` more calls per second there
+    and led in every round. Either way it is tried again after `remeasure_quanta`."""
+    states = drive(lambda q: ONE_CPU, P.remeasure_quanta + 60, speed=lambda local: HALO if local else HALO * glob,
+                   clock=True, ncpus=1)  # fmt: skip
+    assert states[0].one_cpu and states[0].queue_local and states[0].decisions == 1  # local at once
+    segs = queue_segments(states, 0)
+    assert len(segs) == 4 * (rounds or math.ceil(P.trial_min_quanta / (2 * P.look_quanta)))
+    assert [loc for _, _, loc in segs] == [True, False, False, True][: len(segs)] * max(1, len(segs) // 4)
+    assert all(n == 1 + P.look_quanta for _, n, _ in segs)  # a quantum to switch, then those read
+    assert all(s.queue_local is loc for q, n, loc in segs for s in states[q : q + n])
+    end_q = segs[-1][0] + segs[-1][1]
+    end = states[end_q]
+    assert not end.block_quanta and end.queue_local is not kept and end.global_faster is kept
+    assert end.decisions == (2 if kept else 1)  # a decision where the queue changed
+    assert end.wall_decided == pytest.approx(end.wall_local * glob, rel=0.02)  # each queue's own pace
+    # Held there to the next trial, its pace read every watch_quanta only (steady: no fall).
+    again = end_q + next(i for i, s in enumerate(states[end_q:]) if s.block_quanta)
+    assert all(s.queue_local is not kept for s in states[end_q:again])
+    reads = [s.wants_user_times(P) for s in states[end_q:again]]
+    assert reads == [(s.since_decision + 1) % P.watch_quanta == 0 for s in states[end_q : again - 1]] + [False]
+    assert again - segs[0][0] == P.remeasure_quanta
+    assert states[again].queue_local and states[again].block_quanta == 1  # it opens on local queues, as the first
+
+
+@pytest.mark.parametrize(("glob", "kept"), [(1.10, True), (1.0, False), (0.93, False)])
+@pytest.mark.parametrize("drift", ["falls", "rises", "stretch"])
+def test_a_node_whose_speed_moves_during_the_queue_trial_does_not_decide_it(
+    glob: float, kept: bool, drift: str
+) -> None:
+    """The segments of each queue share the node's stretches of speed as the placements' do: a node slowing
+    to half through the trial, speeding up, or at half for a round, moves no decision on one CPU."""
+    rnd = 4 * (1 + P.look_quanta)  # quanta in a round: the second is slowed (the trial begins at quantum 1)
+    speeds = {"falls": lambda q: 1 - q / (4 * rnd), "rises": lambda q: 0.5 + q / (4 * rnd),
+              "stretch": lambda q: 0.5 if rnd < q <= 2 * rnd else 1.0}  # fmt: skip
+    states = drive(lambda q: ONE_CPU, 3 * rnd, speed=lambda local: HALO if local else HALO * glob, clock=True,
+                   ncpus=1, node=speeds[drift])  # fmt: skip
+    end = next(s for s in states[1:] if not s.block_quanta)
+    assert end.queue_local is not kept, (end.wall_decided, end.wall_local)
+    assert end.wall_decided / end.wall_local == pytest.approx(glob, rel=0.05)
+
+
+@pytest.mark.parametrize(("glob", "share"), [(1.03, 0.3), (1.15, 0.3), (1.03, 0.7)])
+def test_on_one_cpu_a_pace_that_falls_tries_the_queues_again_at_once(glob: float, share: float) -> None:
+    """IMB-MPI1 Reduce_scatter on one CPU: its queue trial fell in its start-up, at some 310,000 MPI calls per
+    second on either queue, and its benchmark then ran at 130,000-150,000 (where the global queue was 1.12x
+    as fast), to its end. As a local job's watch on two CPUs does, a pace under `watch_drop` of the queue
+    kept at two reads in a row tries the queues again at once; a pace at 0.7 of it does not."""
+    fall = 60  # quanta: after the trial's end (its calls per CPU second fall with it: the program changed)
+    states = drive(lambda q: ONE_CPU, 300, speed=lambda local: HALO * (1.0 if local else glob), clock=True,
+                   ncpus=1, node=lambda q: share if q >= fall else 1.0)  # fmt: skip
+    starts = [q for q, s in enumerate(states) if s.block_quanta == 1 and not s.block_segs]  # the trials' first
+    assert starts[0] == 0 and states[fall].paced and not states[fall].block_quanta
+    if share > P.watch_drop:
+        assert starts == [0], starts  # (the next trial is remeasure_quanta on)
+        return
+    # Two reads in a row under half of the kept queue's pace: within three watch reads of the fall.
+    assert len(starts) >= 2 and fall < starts[1] <= fall + 3 * P.watch_quanta, starts
+    assert states[starts[1]].fell and states[starts[1]].queue_local  # it opens on local queues
+    again = next(s for s in states[starts[1] :] if not s.block_quanta)
+    assert again.queue_local is not (glob > 1 + P.block_margin)  # decided by the same margins
+
+
+def test_a_queue_trial_over_too_few_calls_keeps_local_queues() -> None:
+    """A program that calls MPI seldom (ep: one Allreduce at its end) reads nothing over a trial of 0.3 s:
+    under `window_calls` calls per rank on either queue, local queues stay, however the calls fall."""
+    states = drive(lambda q: ONE_CPU, 60, speed=lambda local: 100.0 if local else 300.0, clock=True, ncpus=1)
+    end = next(s for s in states[1:] if not s.block_quanta)
+    assert end.queue_local and end.decisions == 1 and end.wall_decided == pytest.approx(3 * end.wall_local, rel=0.05)
+
+
+def test_a_job_held_on_the_global_queue_on_one_cpu_goes_back_when_its_next_trial_finds_local_faster() -> None:
+    """The pattern may change: the next trial, `remeasure_quanta` on, decides again - a decision back to local
+    queues where they now lead."""
+    state = lbd_step(LbdState(), [0.0] * 4, None, P, ncpus=1)
+    seen: list[LbdState] = []
+    cpu, calls = [0.0] * 4, 0.0
+    for q in range(P.remeasure_quanta + 60):
+        glob = 1.2 if q < 100 else 0.6  # the global queue ahead first, then behind
+        cpu = [c + 0.25 * Q for c in cpu]
+        calls += (HALO if state.queue_local else HALO * glob) * Q
+        user = list(cpu) if state.wants_user_times(P) else None
+        state = lbd_step(state, [0.0] * 4, user, P, calls, ncpus=1, now=(q + 1) * Q if user is not None else None)
+        seen.append(state)
+    ends = [s for a, s in zip(seen, seen[1:], strict=False) if a.block_quanta and not s.block_quanta]
+    assert [e.queue_local for e in ends] == [False, True]
+    assert [e.decisions for e in ends] == [2, 3]  # global, then local again: each a decision
 
 
 def test_a_window_with_fewer_calls_than_phases_reads_nothing_and_the_job_stays_global_untried() -> None:

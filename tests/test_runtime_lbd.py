@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from vmsched.cpumanager.lbd import LbdParams
-from vmsched.vmruntime.testing import Manager, vmrun_cmd
+from vmsched.vmruntime.testing import Manager, run_following, vmrun_cmd
 
 
 def send_cmd(variant: str, seconds: float, heavy_s: str | None = None) -> list[str]:
@@ -300,3 +300,42 @@ def assert_refell_only(lines: list[str], job_id: int) -> None:
             f = fields(x)
             assert f["why"] == "progress_fell" and float(f["calls_per_s"]) < 0.5 * float(f["calls_per_s_local"]), x
             assert float(f["calls_per_cpu_s"]) < 0.5 * float(f["calls_per_cpu_s_local"]), x  # not outside load
+
+
+@pytest.mark.parametrize("trial", [True, False])
+def test_on_one_cpu_the_detector_tries_the_global_queue_and_the_table_follows(tmp_path: Path, patterns: Path,
+                                                                            trial: bool) -> None:  # fmt: skip
+    """4 ranks of alltoall folded onto one CPU: decided local at once (`one_cpu`), then tried against the global
+    queue by segments, local, global, global, local; the job's entry reads the queues in turn during the
+    trial, and at its end the queue the trial chose by the detector's margins (a decision where it is the
+    global queue). `lbd_queue_trial = false`: local queues from the decision on, no trial."""
+    config = tmp_path / "vmsched.toml"
+    config.write_text(f"[cpumanager]\nlbd_remeasure_quanta = 3000\nlbd_queue_trial = {str(trial).lower()}\n")
+    with Manager(cpus="0", extra=("--config", str(config))) as m:
+        cmd = vmrun_cmd(m.state_dir, 4, 4, [str(patterns), "alltoall", "20000", "1"], queue="lbd", job_id=806)
+        done, queues = run_following(m, cmd, 806, "queue", decided=True)
+        assert done.returncode == 0, done.stderr
+        assert '"ok": true' in done.stdout.strip().splitlines()[-1], done.stdout[-2000:]
+        text, why = m.log_path.read_text(), lbd_lines(m, 806)
+    decisions = decisions_in(text, 806)
+    trials = [fields(x) for x in why.splitlines() if "action=lbd_trial job=806 " in x]
+    assert decisions[0][::2] == ("local", "one_cpu"), why
+    if not trial:
+        assert len(decisions) == 1 and not trials and queues == ["local"], (queues, why)
+        return
+    # The run (some 1-2 s) ends before a second trial (30 s on): one trial, logged as a trial that kept local
+    # queues or as the decision for the global queue, with each queue's calls per second over its segments.
+    assert len(decisions) + len(trials) == 2, why
+    p = LbdParams()
+    if trials:
+        assert trials[0]["one_cpu"] == "true" and trials[0]["kept"] == "false", why
+        local, glob = float(trials[0]["calls_per_s_local"]), float(trials[0]["calls_per_s_decided"])
+        assert int(trials[0]["segments"]) % 4 == 0, why
+        # Kept local: not block_margin ahead, or a round the global queue did not lead (not logged apart).
+        assert glob <= local * (1 + p.block_margin) or int(trials[0]["rounds_lost"]) > 0, why
+    else:
+        assert decisions[1][::2] == ("global", "global_faster"), why
+        f = fields(next(x for x in why.splitlines() if "why=global_faster" in x))
+        assert float(f["calls_per_s_decided"]) > float(f["calls_per_s_local"]) * (1 + p.block_margin), why
+    assert queues[:2] == ["local", "global"], (queues, why)  # the trial's second segment, at least 40 ms
+    assert queues[-1] == ("local" if trials else "global"), (queues, why)

@@ -19,7 +19,7 @@ import pytest
 from vmsched.cpumanager import shm_layout as L
 from vmsched.cpumanager.partition import home_cpu
 from vmsched.protocol import ProtocolError
-from vmsched.vmruntime.testing import Manager, end_job, mpiexec, vmrun_cmd
+from vmsched.vmruntime.testing import Manager, end_job, mpiexec, run_following, vmrun_cmd
 
 
 def rank_of(pid: int) -> int | None:
@@ -97,19 +97,9 @@ def test_the_detector_tries_a_block_placement_and_the_table_follows(tmp_path: Pa
     config.write_text(f"[cpumanager]\nlbd_remeasure_quanta = 3000\nlbd_placement_trial = {str(trial).lower()}\n")
     with Manager(cpus="0-1", extra=("--config", str(config))) as m:
         cmd = vmrun_cmd(m.state_dir, 4, 2, [str(patterns), "halo-persist", "60000", "1"], queue="lbd", job_id=905)
-        proc = subprocess.Popen(cmd, env=m.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        placements: list[str] = []
-        try:
-            while proc.poll() is None:
-                jobs = [j for j in m.status()["jobs"] if j["job"] == 905]
-                if jobs and (not placements or placements[-1] != jobs[0]["placement"]):
-                    placements.append(jobs[0]["placement"])  # (the status view reads the job's table entry)
-                time.sleep(0.005)
-            out, err = proc.communicate(timeout=120)
-        finally:
-            end_job(proc)
-        assert proc.returncode == 0, err
-        assert json.loads(out.strip().splitlines()[-1])["ok"] is True
+        done, placements = run_following(m, cmd, 905, "placement")
+        assert done.returncode == 0, done.stderr
+        assert json.loads(done.stdout.strip().splitlines()[-1])["ok"] is True
         log = m.log_path.read_text()
     lines = [x for x in log.splitlines() if " job=905 " in x and "action=lbd_" in x]
     placed = [k for k, x in enumerate(lines) if "queue=local placement=block" in x]

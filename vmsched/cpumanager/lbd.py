@@ -331,6 +331,22 @@ afresh, on the global queue, when the partition grows. On one CPU the two queues
 the token goes to and in how a rank waits (two-phase waiting on local queues only), and the measuring
 phase cost short jobs up to 18 % there (bench/patterns.py before this rule, 2 ranks on one CPU,
 medians of 3: ring-rev default 1.30 s against 1.10 s on local queues, random pairs 1.12 against 0.99).
+
+Queue trial on one CPU (ours, 2026-12-05): whom the token goes to still matters there. Collectives of 4
+ranks folded onto one CPU ran faster on the global queue, which hands the token to a rank that can make
+progress, than on local queues, whose round robin wakes ranks that cannot: IMB-MPI1 (built with -DCHECK)
+Gather 1.13x [1.12-1.20], Allgatherv 1.14x, Reduce_scatter 1.12x, Alltoall 1.08x as fast with `progress`
+(bench/patterns.py --shapes 4x1, paired medians of 8 rounds, A/A 0.96-1.03; docs/vmruntime-journal.md,
+forty-eighth session), while rings run slower there. So a job decided local on one CPU is tried as the
+placement trial tries a block placement on two CPUs, by the same segments and rules with the queues in
+the places of the placements: local, global, global, local and again, each a quantum to switch and
+`look_quanta` read, as many rounds as give each queue `trial_min_quanta` quanta read; a round the global
+queue did not lead, or one that leaves it `trial_margin` behind per second, ends it on local queues, and
+it keeps the global queue only with `block_margin` more MPI calls per second over its segments and
+`window_calls` calls per rank each way. That is 0.16-0.32 s, half of it on the queue that loses; a
+program that calls MPI seldom never holds the calls and stays local. The decided global queue (ranks
+sleep at once, as after any decision) is held, nothing read, to the next trial `remeasure_quanta` on,
+which may decide local queues again. `lbd_queue_trial = false` in the configuration turns it off.
 """
 
 from __future__ import annotations
@@ -377,6 +393,7 @@ class LbdParams:
     block_trial: bool = True  # a job kept on local queues by its trials is tried with a block placement too
     block_margin: float = 0.05  # ... and keeps it with this much more progress per second
     look_quanta: int = 3  # ... read over segments this long (after a quantum to switch), block and r mod P in turn
+    queue_trial: bool = True  # on one CPU, local queues are tried against the global queue by such segments
     move_margin: float = 0.15  # a move by a stalled CPU is undone where the stalled read was this much faster
 
 
@@ -424,12 +441,15 @@ class LbdState:
     fell: bool = False  # the running re-measure began because the job's progress fell (not the periodic one)
     paced: bool = False  # the kept local trial held `window_calls` calls per rank: its pace is the watch's measure
     block: bool = False  # local queues in a block placement (rank r of N on CPU r * P / N), not r mod P
-    block_quanta: int = 0  # quanta into the running segment of a placement trial (0: none running)
-    block_segs: int = 0  # segments of the placement trial so far (block, r mod P, r mod P, block, ...)
-    # Its MPI calls, seconds and CPU seconds of the job so far, each as (r mod P, block): summed over the segments
+    # A trial by segments: of the placements (block, r mod P, r mod P, block, ...) or, on one CPU, of the queues
+    # (global, local, local, global, ...; module docstring: "One CPU")
+    block_quanta: int = 0  # quanta into its running segment (0: none running)
+    block_segs: int = 0  # its segments so far
+    # Its MPI calls, seconds and CPU seconds of the job so far, each as (r mod P, block) - on one CPU (local,
+    # global): summed over the segments
     look: tuple[tuple[float, float], ...] = ((0.0, 0.0), (0.0, 0.0), (0.0, 0.0))
     round_base: tuple[tuple[float, float], ...] = look  # ... as they were when the running round began
-    rounds_lost: int = 0  # rounds of the placement trial in which block made no more calls per second
+    rounds_lost: int = 0  # its rounds in which block (one CPU: the global queue) made no more calls per second
     wall_block: float | None = None  # MPI calls per second of wall time in block over the last placement trial
     wall_cyclic: float | None = None  # ... in r mod P over it
     moved: bool = False  # the watch changed the placement since the last decision (a CPU stalled): once only
@@ -447,6 +467,8 @@ class LbdState:
         """Whether the next step needs CPU times (read from /proc only then: it is not free)."""
         if self.phase == LBD_MEASURING:
             return False
+        if self.one_cpu and not self.block_quanta:  # decided on one CPU, no queue trial running: its watch reads
+            return _watching_one_cpu(self, params, self.since_decision + 1)
         if not self.base_user:
             return True
         if self.phase == LBD_DECIDED and self.local and self.trial_quanta:
@@ -701,14 +723,17 @@ def _block_trial(state: LbdState, calls: float, times: Sequence[float] | None, s
     placement has been read as long as the local trial ran, block is kept with `block_margin` more calls
     per second, if it led in every round, and only over `window_calls` calls per rank in each placement
     and with `wall_floor` of r mod P's calls per CPU second. Then the global trial, from this read, against
-    the pace kept."""
+    the pace kept. On one CPU the same segments compare local queues (r mod P's side, first in each round)
+    with the global queue (block's), and the trial ends there (module docstring: "Queue trial on one CPU")."""
     q = state.block_quanta
-    read = times is not None and len(times) == len(state.base_user) and now is not None
-    if q == 1 and read:  # the quantum of the switch is left out: the segment is read from here
+    read = times is not None and now is not None
+    # The quantum of the switch is left out: the segment is read from here. (So is a segment read across a
+    # rank's exit or over no bases yet - a queue trial's first: it is read from here on.)
+    if read and (q == 1 or len(times) != len(state.base_user)):  # type: ignore[arg-type]
         return _trial_from(state, times, calls, idle, now, block_quanta=2, since_decision=since)  # type: ignore[arg-type]
     if q <= params.look_quanta or not read:
         return replace(state, block_quanta=q + 1, since_decision=since)
-    i, segs = int(state.block), state.block_segs + 1
+    i, segs = _challenger(state), state.block_segs + 1
     wall = now - state.base_wall if state.base_wall is not None else 0.0
     seg = (calls - (state.base_calls or 0.0), wall, _job_cpu(state, times, idle))
     look = tuple(tuple(v + seg[k] if j == i else v for j, v in enumerate(state.look[k])) for k in range(3))
@@ -726,8 +751,11 @@ def _block_trial(state: LbdState, calls: float, times: Sequence[float] | None, s
     # drifts steadily through the trial favours neither placement), judged at the end of each round.
     rounds = -(-_global_len(state, params) // (2 * params.look_quanta))
     if segs % 4 or not (behind or lost or segs >= 4 * rounds):  # (a lost round: block can no longer be kept)
-        return _trial_from(state, times, calls, idle, now, block=segs % 4 in (0, 3), block_quanta=1, **more)
+        more.update(_segment(state, segs % 4 in (0, 3)))
+        return _trial_from(state, times, calls, idle, now, block_quanta=1, **more)
     kept = not behind and not lost and fair and block > cyclic * (1 + params.block_margin)
+    if state.one_cpu:
+        return _queue_end(state, kept, (c_calls, c_wall, c_cpu), (b_calls, b_wall, b_cpu), more, params)
     rate = (b_calls / b_cpu if kept else c_calls / c_cpu) if b_cpu > 0 and c_cpu > 0 else state.rate_local
     end = replace(state, block=kept, block_quanta=0, wall_block=block, wall_cyclic=cyclic,  # type: ignore[arg-type]
                   wall_local=block if kept else cyclic, rate_local=rate, **more)  # fmt: skip
@@ -854,6 +882,74 @@ def _next_window(state: LbdState, times: tuple[float, ...], calls: float | None,
                    since_decision=since, **more)  # fmt: skip
 
 
+def _challenger(state: LbdState) -> int:
+    """Which side of a trial by segments the running segment is: 1 for the challenger (a block placement; on
+    one CPU, the global queue), 0 for what the job runs on otherwise (r mod P; local queues)."""
+    return int(not state.local) if state.one_cpu else int(state.block)
+
+
+def _segment(state: LbdState, first: bool) -> dict[str, bool]:
+    """The fields that put the job, for its next segment, on the side that opens and closes each round (block;
+    on one CPU, local queues, which the job runs on before and after) or on the other."""
+    return {"local": first} if state.one_cpu else {"block": first}
+
+
+def _queue_start(state: LbdState, fell: bool = False) -> LbdState:
+    """On one CPU: try local queues against the global queue by segments, local, global, global, local
+    (module docstring: "Queue trial on one CPU"); the first quantum of each segment switches and reads the
+    bases. `fell`: tried again because the job's progress fell."""
+    return replace(state, local=True, block_quanta=1, block_segs=0, look=LbdState.look, round_base=LbdState.look,
+                   rounds_lost=0, since_decision=0, base_user=(), watch=None, watch_low=False, fell=fell)  # fmt: skip
+
+
+def _kept_pace(state: LbdState) -> LbdState:
+    """The state as the watch reads it on one CPU: the pace of the queue its last queue trial kept."""
+    if state.global_faster:
+        return replace(state, wall_local=state.wall_decided, rate_local=state.rate_decided)
+    return state
+
+
+def _watching_one_cpu(state: LbdState, params: LbdParams, since: int) -> bool:
+    """Whether quantum `since` of a job on one CPU is a watch read: its queue trial read `window_calls` calls per
+    rank each way (`paced`), and it is not yet due to be tried again."""
+    return (params.queue_trial and state.paced and params.watch_quanta > 0 and since % params.watch_quanta == 0
+            and since < params.remeasure_quanta)  # fmt: skip
+
+
+def _one_cpu_watch(state: LbdState, calls: float, times: Sequence[float] | None, idle: float | None,
+                   now: float | None, since: int, params: LbdParams) -> LbdState:  # fmt: skip
+    """One quantum of a job decided on one CPU, between queue trials: as a local job's watch on two CPUs does
+    (module docstring: "Watching a local job"), a pace under `watch_drop` of the queue kept, per second and
+    per CPU second, at two reads in a row, tries the queues again at once; else the next trial comes
+    `remeasure_quanta` after the last."""
+    if since >= params.remeasure_quanta:
+        return _queue_start(state)
+    if not _watching_one_cpu(state, params, since) or times is None or now is None:
+        return replace(state, since_decision=since)
+    n, cpu = len(times), job_cpu_now(times, idle)
+    low = _watch_read_low(_kept_pace(state), calls, now, cpu, n, params)
+    if low and state.watch_low:
+        return _queue_start(state, fell=True)
+    if low is not None or state.watch is None or state.watch[2] != n:  # the next read compares with this one
+        return replace(state, since_decision=since, watch=(calls, now, n, cpu), watch_low=bool(low))
+    return replace(state, since_decision=since)
+
+
+def _queue_end(state: LbdState, kept: bool, local: tuple[float, float, float], glob: tuple[float, float, float],
+               more: dict[str, object], params: LbdParams) -> LbdState:  # fmt: skip
+    """The end of a queue trial on one CPU: the global queue kept (held there to the next trial), or local
+    queues; a decision where the queue is not the one the last decision chose. Either way each queue's calls
+    per second and per CPU second over its segments."""
+    paces = {"wall_local": local[0] / local[1] if local[1] > 0 else None,
+             "rate_local": local[0] / local[2] if local[2] > 0 else None,
+             "wall_decided": glob[0] / glob[1] if glob[1] > 0 else None,
+             "rate_decided": glob[0] / glob[2] if glob[2] > 0 else None}  # fmt: skip
+    n = len(state.base_user) or 1
+    paced = min(local[0], glob[0]) / n >= params.window_calls  # a pace the watch may read against
+    end = replace(state, local=not kept, global_faster=kept, block_quanta=0, paced=paced, **more, **paces)  # type: ignore[arg-type]
+    return replace(end, decisions=state.decisions + 1) if kept != state.global_faster else end
+
+
 def lbd_step(
     state: LbdState,
     switches: Sequence[float],
@@ -878,10 +974,18 @@ def lbd_step(
         if ncpus == 0:
             return state
         if ncpus == 1:
-            if state.phase == LBD_DECIDED and state.local and state.one_cpu:
+            if state.phase == LBD_DECIDED and state.one_cpu:
+                since = state.since_decision + 1
+                if state.block_quanta:  # a queue trial: no counts to judge it by ends it on the queue it had
+                    if calls is None:
+                        return replace(state, local=not state.global_faster, block_quanta=0, since_decision=since)
+                    return _block_trial(state, calls, user_times, since, params, idle, now)
+                if params.queue_trial and calls is not None:  # tried again periodically, or when its pace falls
+                    return _one_cpu_watch(state, calls, user_times, idle, now, since, params)
                 return state
-            return LbdState(LBD_DECIDED, state.cvcs, ip=state.ip, local=True, decisions=state.decisions + 1,
-                            one_cpu=True)  # fmt: skip
+            decided = LbdState(LBD_DECIDED, state.cvcs, ip=state.ip, local=True, decisions=state.decisions + 1,
+                               one_cpu=True)  # fmt: skip
+            return _queue_start(decided) if params.queue_trial else decided
         if state.one_cpu:  # grown past one CPU: measure (on the global queue) as a new job does
             return LbdState(decisions=state.decisions)
     if state.phase == LBD_MEASURING:

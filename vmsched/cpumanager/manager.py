@@ -96,7 +96,8 @@ class CpuManager:
                                     window_cpu_s=cm.lbd_window_cpu_ms / 1000,
                                     remeasure_quanta=cm.lbd_remeasure_quanta,
                                     global_trial=cm.lbd_global_trial, block_trial=cm.lbd_placement_trial,
-                                    block_margin=cm.lbd_placement_margin)  # fmt: skip
+                                    block_margin=cm.lbd_placement_margin,
+                                    queue_trial=cm.lbd_queue_trial)  # fmt: skip
         self.lbd: dict[int, LbdState] = {}
         # job id -> (its CPUs, their idle seconds and the time, when last read; the idle seconds of its CPUs so far)
         self.idle_seen: dict[int, tuple[tuple[int, ...], tuple[float, ...], float, float]] = {}
@@ -533,13 +534,17 @@ class CpuManager:
         if new.decisions > state.decisions:
             event(log, "lbd_decision", job=j.job_id, cvcs=round(new.cvcs or 0, 4), ip=round(new.ip or 0, 4),
                   queue="local" if new.local else "global", decision=new.decisions,
-                  why="one_cpu" if new.one_cpu else "few_calls" if new.unread else "global_faster" if new.global_faster
+                  why="global_faster" if new.global_faster else "one_cpu" if new.one_cpu else "few_calls" if new.unread
                   else "local_slower" if not new.local and new.rate_local is not None
                   else "reverse_trial" if new.reverse else "band_trial" if new.band else "idleness",
                   calls_per_cpu_s_global=round(new.rate_global or 0, 1),
                   calls_per_cpu_s_local=round(new.rate_local or 0, 1), calls_per_s_global=round(new.wall_global or 0),
                   calls_per_s_local=round(new.wall_local or 0), calls_per_cpu_s_decided=round(new.rate_decided or 0, 1),
                   calls_per_s_decided=round(new.wall_decided or 0))  # fmt: skip
+        elif new.one_cpu and state.one_cpu and new.block_quanta == 1 and not state.block_quanta:
+            # A job on one CPU tried again (module lbd: "Queue trial on one CPU"): its pace fell, or periodically.
+            event(log, "lbd_remeasure", job=j.job_id, quanta=state.since_decision + 1,
+                  why="progress_fell" if new.fell else "periodic", one_cpu=True)  # fmt: skip
         elif state.rebase and new.block != state.block:
             # The first read after that move found the job slower than it was stalled: the move undone (module lbd:
             # "A move that reads slower is undone").
@@ -561,6 +566,12 @@ class CpuManager:
             event(log, "lbd_watch_pace", job=j.job_id, placement=L.PLACEMENT_NAMES[_placement(new)],
                   calls_per_s=round(new.wall_local or 0), calls_per_s_trial=round(state.wall_local or 0),
                   calls_per_cpu_s=round(new.rate_local or 0, 1))  # fmt: skip
+        elif state.block_quanta and not new.block_quanta and new.one_cpu:
+            # A queue trial on one CPU that kept the queue of the last decision (module lbd: "One CPU"): each
+            # queue's pace over its segments. (One that changed it is a decision, logged above with them.)
+            event(log, "lbd_trial", job=j.job_id, queue="global", kept=not new.local, one_cpu=True,
+                  calls_per_s_local=round(new.wall_local or 0), calls_per_s_decided=round(new.wall_decided or 0),
+                  segments=new.block_segs, rounds_lost=new.rounds_lost)  # fmt: skip
         elif state.block_quanta and not new.block_quanta:
             # The placement decided (module lbd: "Placement trial"): each placement's pace over its segments,
             # the local trial's in r mod P before them, and the rounds in which block did not lead.

@@ -198,6 +198,25 @@ def vmrun_cmd(state_dir: Path, nranks: int, max_mpl: int, command: list[str], qu
 _STAMP = r"^(?:(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}) )?"
 
 
+def run_following(m: Manager, cmd: list[str], job_id: int, key: str,
+                  decided: bool = False) -> tuple[subprocess.CompletedProcess[str], list[str]]:  # fmt: skip
+    """Run a job to its end, reading its entry in the status view (its table entry) every 5 ms: the job's
+    ended process, and the values its entry's `key` took, in order, each change once (`decided`: only once
+    the LBD has decided). The job is ended and reaped on any error."""
+    proc = subprocess.Popen(cmd, env=m.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    values: list[str] = []
+    try:
+        while proc.poll() is None:
+            jobs = [j for j in m.status()["jobs"] if j["job"] == job_id and (not decided or j["lbd"] == "decided")]
+            if jobs and (not values or values[-1] != jobs[0][key]):
+                values.append(jobs[0][key])
+            time.sleep(0.005)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        end_job(proc)
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err), values
+
+
 def lbd_decisions(log_text: str, job_id: int) -> str:
     """The detector's decisions for one job, first to last, from the CPU manager's log (its `lbd_decision`
     events), each with its time since the job was admitted: `local (idleness, IP 4.7 %, 0.21 s) > global
