@@ -344,9 +344,16 @@ the places of the placements: local, global, global, local and again, each a qua
 queue did not lead, or one that leaves it `trial_margin` behind per second, ends it on local queues, and
 it keeps the global queue only with `block_margin` more MPI calls per second over its segments and
 `window_calls` calls per rank each way. That is 0.16-0.32 s, half of it on the queue that loses; a
-program that calls MPI seldom never holds the calls and stays local. The decided global queue (ranks
-sleep at once, as after any decision) is held, nothing read, to the next trial `remeasure_quanta` on,
-which may decide local queues again. `lbd_queue_trial = false` in the configuration turns it off.
+program that calls MPI seldom never holds the calls and stays local. The queue kept (on the global queue
+ranks sleep at once, as after any decision) is held to the next trial, `remeasure_quanta` after this one
+began, which may decide otherwise. Between trials a watch reads the job's pace every `watch_quanta`, as a
+local job's on two CPUs (below, "Watching a local job"), against the kept queue's pace over its segments
+(where the trial read `window_calls` calls per rank each way): under `watch_drop` of it, per second and
+per CPU second, at two reads in a row, the queues are tried again at once. IMB's Reduce_scatter had its
+first trial fall in the benchmark's start-up, at some 310,000 calls per second on either queue (lost),
+and then ran at 130,000-150,000 to its end, 1.12x as fast on the global queue; with the watch it was tried
+again some 0.4 s on and kept the global queue. `lbd_queue_trial = false` in the configuration turns the
+trial and its watch off.
 """
 
 from __future__ import annotations
@@ -442,7 +449,7 @@ class LbdState:
     paced: bool = False  # the kept local trial held `window_calls` calls per rank: its pace is the watch's measure
     block: bool = False  # local queues in a block placement (rank r of N on CPU r * P / N), not r mod P
     # A trial by segments: of the placements (block, r mod P, r mod P, block, ...) or, on one CPU, of the queues
-    # (global, local, local, global, ...; module docstring: "One CPU")
+    # (local, global, global, local, ...; module docstring: "Queue trial on one CPU")
     block_quanta: int = 0  # quanta into its running segment (0: none running)
     block_segs: int = 0  # its segments so far
     # Its MPI calls, seconds and CPU seconds of the job so far, each as (r mod P, block) - on one CPU (local,
