@@ -614,8 +614,8 @@ def make_row(prog: Program, nranks: int, cpus: int, reps: int, runs: dict[str, l
                       for w, rs in runs.items()},
             "capped": sorted(w for w, rs in runs.items() if rs[0].capped),
             "held_out": held_out(runs),
-            "paired": {w: round(statistics.median(v), 4) for w, v in lists.items()},
-            "paired_s": {w: round(statistics.median(v), 4) for w, v in lost.items()},
+            "paired": medians(lists),
+            "paired_s": medians(lost),
             "paired_ci": {w: [round(x, 4) for x in median_ci(v)] for w, v in lists.items()},
             "confirmed": {w: len(rs) for w, rs in more.items() if w != "default"},
             "decisions": [r.decisions for r in runs["default"] if r.decisions],
@@ -649,9 +649,14 @@ def paired_lists(runs: dict[str, list[Run]], more: dict[str, list[Run]] | None =
     return out
 
 
+def medians(lists: dict[str, list[float]]) -> dict[str, float]:
+    """Each way's median of its rounds' values (`paired_lists`), rounded as the JSON gives them."""
+    return {w: round(statistics.median(v), 4) for w, v in lists.items()}
+
+
 def paired_ratios(runs: dict[str, list[Run]], more: dict[str, list[Run]] | None = None) -> dict[str, float]:
     """default / each way, the median of the rounds' ratios (`paired_lists`)."""
-    return {w: round(statistics.median(v), 4) for w, v in paired_lists(runs, more).items()}
+    return medians(paired_lists(runs, more))
 
 
 def median_ci(values: list[float], level: float = CI_LEVEL) -> tuple[float, float, float]:

@@ -567,7 +567,7 @@ class CpuManager:
                   calls_per_s=round(new.wall_local or 0), calls_per_s_trial=round(state.wall_local or 0),
                   calls_per_cpu_s=round(new.rate_local or 0, 1))  # fmt: skip
         elif state.block_quanta and not new.block_quanta and new.one_cpu:
-            # A queue trial on one CPU that kept the queue of the last decision (module lbd: "One CPU"): each
+            # A queue trial that kept the queue of the last decision (module lbd: "Queue trial on one CPU"): each
             # queue's pace over its segments. (One that changed it is a decision, logged above with them.)
             event(log, "lbd_trial", job=j.job_id, queue="global", kept=not new.local, one_cpu=True,
                   calls_per_s_local=round(new.wall_local or 0), calls_per_s_decided=round(new.wall_decided or 0),
