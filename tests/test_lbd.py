@@ -1036,6 +1036,29 @@ def test_block_is_kept_only_if_it_led_in_every_round(block: float, slowed: str |
         assert end.wall_block > end.wall_cyclic * (1 + P.block_margin)  # ahead over the whole trial
 
 
+@pytest.mark.parametrize(("block", "speed", "segs"), [
+    (1.85, HALO, 8),  # PRK Sparse 8x2 on a slowed node: block 1.85x ahead in every round, over plenty of calls
+    (1.15, HALO, None),  # ahead, not by trial_margin: to its end
+    (1.85, 700.0, 12),  # clearly ahead, but over too few calls after two rounds: ended after its third
+])  # fmt: skip
+def test_a_block_placement_clearly_ahead_ends_a_long_placement_trial(block: float, speed: float,
+                                                                      segs: int | None) -> None:  # fmt: skip
+    """A program that calls MPI seldom has a long local trial (PRK Sparse, 8 ranks on 2 CPUs: 44 quanta), and
+    its placement trial runs as many rounds as give each placement as many quanta (8 rounds, 1.28 s), while
+    r mod P ran at 0.54 of block's pace in every one. From two rounds on, block `trial_margin` ahead over
+    `window_calls * block_margin / trial_margin` calls per rank each way ends it, in block."""
+    ranks = shares(0.02)
+    length = 44
+    state = placement_trial_start(length)
+    states = drive(lambda q: ranks, 4 * length + 5, state=state, speed=lambda local: speed, clock=True,
+                   block=block)  # fmt: skip
+    end = next(s for s in states if not s.block_quanta)
+    full = 4 * math.ceil(length / (2 * P.look_quanta))
+    assert end.block and end.block_segs == (segs or full) and not end.rounds_lost
+    assert end.wall_block / end.wall_cyclic == pytest.approx(block, rel=0.05)
+    assert end.global_quanta == 1  # the global trial follows, against block's pace
+
+
 def test_without_the_placement_trial_the_global_trial_follows_the_local_trial() -> None:
     params = replace(P, block_trial=False)
     states = drive(lambda q: shares(0.02), 400, params=params, speed=lambda local: HALO, decided=HALO * 0.9,

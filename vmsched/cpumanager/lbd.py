@@ -171,6 +171,16 @@ measure. Every decision starts again in r mod P, so a periodic re-measure's tria
 placement again. `lbd_placement_trial = false` in the configuration turns it off. The same call counts
 measure both placements: a program makes the same calls per iteration wherever its ranks run.
 
+Clearly ahead (2026-12-05, forty-ninth session): a program that calls MPI seldom has a long local trial,
+since a trial holds `window_calls` calls per rank, and its placement trial as many rounds. PRK Sparse (the
+Parallel Research Kernels' sparse matrix-vector product, 8 ranks on 2 CPUs) made 400-1,400 calls per rank
+per second: a 44-quantum local trial, then 8 rounds (1.28 s), while r mod P ran at 0.54 of block's pace
+in every one of them (the node slowed; in its fast stretches the two ran alike). So from the second round
+on, block `trial_margin` (20 %) ahead over the segments, every round led, ends the trial in block, over
+`window_calls * block_margin / trial_margin` (50) calls per rank each way: a phase more or less at each end
+moves a placement's pace by up to 2 parts in its calls per rank, and 50 bound that to 4 %, a fifth of the
+20 %, as 200 bound it to 1 %, a fifth of the 5 %. Not after one round: a ring 4x2 read 1.35 over one (above).
+
 Reverse trial (ours): the idleness that the global queue shows is partly its own making, and an
 imbalanced job is not always faster there. A ring of 4 ranks folded 2 per CPU reads IP 9-19 % there in
 one run in three (which ranks get the CPU depends on the token's hand-offs as much as on the program),
@@ -729,7 +739,8 @@ def _block_trial(state: LbdState, calls: float, times: Sequence[float] | None, s
     `trial_margin` behind per second, or a round that block did not lead, ends it in r mod P; once each
     placement has been read as long as the local trial ran, block is kept with `block_margin` more calls
     per second, if it led in every round, and only over `window_calls` calls per rank in each placement
-    and with `wall_floor` of r mod P's calls per CPU second. Then the global trial, from this read, against
+    and with `wall_floor` of r mod P's calls per CPU second; from the second round on, block clearly ahead
+    (`trial_margin`, over a quarter of those calls) ends it in block. Then the global trial, from this read, against
     the pace kept. On one CPU the same segments compare local queues (r mod P's side, first in each round)
     with the global queue (block's), and the trial ends there (module docstring: "Queue trial on one CPU")."""
     q = state.block_quanta
@@ -747,19 +758,25 @@ def _block_trial(state: LbdState, calls: float, times: Sequence[float] | None, s
     more: dict[str, object] = {"look": look, "block_segs": segs, "since_decision": since}
     (c_calls, b_calls), (c_wall, b_wall), (c_cpu, b_cpu) = look
     cyclic, block = c_calls / c_wall if c_wall > 0 else 0.0, b_calls / b_wall if b_wall > 0 else 0.0
-    fair = (min(c_calls, b_calls) / len(times) >= params.window_calls and c_cpu > 0 and b_cpu > 0
-            and b_calls / b_cpu >= c_calls / c_cpu * params.wall_floor)  # fmt: skip
+    least = min(c_calls, b_calls) / len(times)  # calls per rank in the placement that made fewer
+    floor = c_cpu > 0 and b_cpu > 0 and b_calls / b_cpu >= c_calls / c_cpu * params.wall_floor
     behind, lost = block < cyclic * (1 - params.trial_margin), state.rounds_lost
     if segs % 4 == 0:  # a round's end: did block lead in this round of its own? (none may be lost to keep it)
         (c0, b0), (cw0, bw0), _ = state.round_base
         lost += (b_calls - b0) * (c_wall - cw0) <= (c_calls - c0) * (b_wall - bw0)
         more.update(round_base=look, rounds_lost=lost)
+    # Clearly ahead: from two rounds on, `trial_margin` ahead over calls enough for that margin (a phase more or
+    # less at each end moves the pace by up to 2 / calls: window_calls bound it to block_margin / 5, these to
+    # trial_margin / 5) ends the trial in block (module docstring: "Clearly ahead").
+    clear = (segs >= 8 and not lost and floor and block > cyclic * (1 + params.trial_margin)
+             and least >= params.window_calls * params.block_margin / params.trial_margin)  # fmt: skip
     # As many quanta each way as the local trial had, in whole rounds of four segments (ABBA: a pace that
     # drifts steadily through the trial favours neither placement), judged at the end of each round.
     rounds = -(-_global_len(state, params) // (2 * params.look_quanta))
-    if segs % 4 or not (behind or lost or segs >= 4 * rounds):  # (a lost round: block can no longer be kept)
+    if segs % 4 or not (behind or lost or clear or segs >= 4 * rounds):  # (a lost round: block can no longer be kept)
         more.update(_segment(state, segs % 4 in (0, 3)))
         return _trial_from(state, times, calls, idle, now, block_quanta=1, **more)
+    fair = clear or (least >= params.window_calls and floor)
     kept = not behind and not lost and fair and block > cyclic * (1 + params.block_margin)
     if state.one_cpu:
         return _queue_end(state, kept, (c_calls, c_wall, c_cpu), (b_calls, b_wall, b_cpu), more, params)
