@@ -650,12 +650,18 @@ def test_on_one_cpu_a_pace_that_falls_tries_the_queues_again_at_once(glob: float
     assert again.queue_local is not (glob > 1 + P.block_margin)  # decided by the same margins
 
 
-def test_a_queue_trial_over_too_few_calls_keeps_local_queues() -> None:
+@pytest.mark.parametrize(("local", "glob"), [
+    (100.0, 300.0),  # ep: a few calls per rank in all
+    (3000.0, 3900.0),  # 90 and 117 calls per rank: what ends a placement trial clearly ahead on two CPUs
+])  # fmt: skip
+def test_a_queue_trial_over_too_few_calls_keeps_local_queues(local: float, glob: float) -> None:
     """A program that calls MPI seldom (ep: one Allreduce at its end) reads nothing over a trial of 0.3 s:
-    under `window_calls` calls per rank on either queue, local queues stay, however the calls fall."""
-    states = drive(lambda q: ONE_CPU, 60, speed=lambda local: 100.0 if local else 300.0, clock=True, ncpus=1)
+    under `window_calls` calls per rank on either queue, local queues stay, however the calls fall (the
+    placement trial's early end clearly ahead is not the queue trial's)."""
+    states = drive(lambda q: ONE_CPU, 60, speed=lambda loc: local if loc else glob, clock=True, ncpus=1)
     end = next(s for s in states[1:] if not s.block_quanta)
-    assert end.queue_local and end.decisions == 1 and end.wall_decided == pytest.approx(3 * end.wall_local, rel=0.05)
+    assert end.queue_local and end.decisions == 1
+    assert end.wall_decided == pytest.approx(glob / local * end.wall_local, rel=0.05)
 
 
 def test_a_job_held_on_the_global_queue_on_one_cpu_goes_back_when_its_next_trial_finds_local_faster() -> None:

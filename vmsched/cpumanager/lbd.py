@@ -767,8 +767,9 @@ def _block_trial(state: LbdState, calls: float, times: Sequence[float] | None, s
         more.update(round_base=look, rounds_lost=lost)
     # Clearly ahead: from two rounds on, `trial_margin` ahead over calls enough for that margin (a phase more or
     # less at each end moves the pace by up to 2 / calls: window_calls bound it to block_margin / 5, these to
-    # trial_margin / 5) ends the trial in block (module docstring: "Clearly ahead").
-    clear = (segs >= 8 and not lost and floor and block > cyclic * (1 + params.trial_margin)
+    # trial_margin / 5) ends the trial in block (module docstring: "Clearly ahead"). Not on one CPU: a queue
+    # trial is two rounds anyway, and one over fewer than `window_calls` calls per rank keeps local queues.
+    clear = (not state.one_cpu and segs >= 8 and not lost and floor and block > cyclic * (1 + params.trial_margin)
              and least >= params.window_calls * params.block_margin / params.trial_margin)  # fmt: skip
     # As many quanta each way as the local trial had, in whole rounds of four segments (ABBA: a pace that
     # drifts steadily through the trial favours neither placement), judged at the end of each round.
