@@ -180,6 +180,8 @@ on, block `trial_margin` (20 %) ahead over the segments, every round led, ends t
 `window_calls * block_margin / trial_margin` (50) calls per rank each way: a phase more or less at each end
 moves a placement's pace by up to 2 parts in its calls per rank, and 50 bound that to 4 %, a fifth of the
 20 %, as 200 bound it to 1 %, a fifth of the 5 %. Not after one round: a ring 4x2 read 1.35 over one (above).
+Not in a queue trial on one CPU (below), which is two rounds anyway and keeps local queues over fewer than
+`window_calls` calls per rank.
 
 Reverse trial (ours): the idleness that the global queue shows is partly its own making, and an
 imbalanced job is not always faster there. A ring of 4 ranks folded 2 per CPU reads IP 9-19 % there in
