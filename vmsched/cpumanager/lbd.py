@@ -742,9 +742,10 @@ def _block_trial(state: LbdState, calls: float, times: Sequence[float] | None, s
     placement has been read as long as the local trial ran, block is kept with `block_margin` more calls
     per second, if it led in every round, and only over `window_calls` calls per rank in each placement
     and with `wall_floor` of r mod P's calls per CPU second; from the second round on, block clearly ahead
-    (`trial_margin`, over a quarter of those calls) ends it in block (not on one CPU). Then the global trial, from this read, against
-    the pace kept. On one CPU the same segments compare local queues (r mod P's side, first in each round)
-    with the global queue (block's), and the trial ends there (module docstring: "Queue trial on one CPU")."""
+    (`trial_margin`, over a quarter of those calls) ends it in block (not on one CPU). Then the global
+    trial, from this read, against the pace kept. On one CPU the same segments compare local queues (r mod
+    P's side, first in each round) with the global queue (block's), and the trial ends there (module
+    docstring: "Queue trial on one CPU")."""
     q = state.block_quanta
     read = times is not None and now is not None
     # The quantum of the switch is left out: the segment is read from here. (So is a segment read across a
