@@ -73,12 +73,12 @@ def one(prog: Program, way: str, nranks: int, cpus: int, managers: dict[str, Man
     comp = ["taskset", "-c", "1", mpiexec(), "-n", "2", *COMPUTE] if cpus == 1 else None
     with compute_beside(comp, 2), StartProbe(0) as probe:
         if way == "taskset":
-            r = run(["taskset", "-c", f"0-{cpus - 1}", mpiexec(), "-n", str(nranks), *prog.argv()], prog)
+            r = run(["taskset", "-c", f"0-{cpus - 1}", mpiexec(), "-n", str(nranks), *prog.argv(nranks)], prog)
         else:
             queue, _, which = way.partition("@")
             m = managers[which]
             mpl = -(-nranks // cpus)  # an odd count folds one rank deeper on one CPU
-            cmd = vmrun_cmd(m.state_dir, nranks, mpl, prog.argv(), queue=None if queue == "default" else queue)
+            cmd = vmrun_cmd(m.state_dir, nranks, mpl, prog.argv(nranks), queue=None if queue == "default" else queue)
             r = run(cmd, prog, m.env())
     return r, probe.longest
 

@@ -9,9 +9,11 @@ nothing of vmsched) and the apps of vmsched/apps.
 
 --command NAME=CMDLINE (with --check NAME=REGEX, the result to verify, and --time NAME=REGEX, the time
 the program reports) runs an MPI program of yours the same ways: {iters} in CMDLINE is the count that the
-calibration scales; without it the program runs as given. With --result-file NAME=GLOB each of its runs
-runs in a fresh directory and --check and --time read the files matching GLOB there, for programs that
-write their result to a file (HPCG: `--command 'hpcg=xhpcg --nx=32 --ny=32 --nz=32 --rt=0' --check
+calibration scales; without it the program runs as given. {ranks} is the case's number of ranks, for
+programs built for one count (the NAS Parallel Benchmarks' IS: `--command 'npb-is=bin/is.B.{ranks}'`).
+With --result-file NAME=GLOB each of its runs runs in a fresh directory and --check and --time read the
+files matching GLOB there, for programs that write their result to a file (HPCG: `--command 'hpcg=xhpcg
+--nx=32 --ny=32 --nz=32 --rt=0' --check
 'hpcg=(Scaled residual mean=\S+|Departure for \w+=\S+|optimized iterations=\d+|result is VALID)'
 --result-file 'hpcg=HPCG-Benchmark*.txt'`).
 
@@ -197,7 +199,7 @@ class Program:
     def allows(self, nranks: int) -> bool:
         return not self.is_app or registry.get_spec(self.name).allowed(nranks)
 
-    def argv(self) -> list[str]:
+    def argv(self, nranks: int) -> list[str]:
         if self.is_app:
             return [PY, "-m", f"vmsched.apps.{self.name}", "--class", self.cls]
         return [str(self.exe), self.name, str(self.iters), str(self.work)]
@@ -223,7 +225,8 @@ class Program:
 
 class Command(Program):
     """An MPI program of the user's (--command NAME=CMDLINE): `{iters}` in CMDLINE is an iteration count
-    the calibration scales (from --command-iters), else it runs as given. Its result is every match of
+    the calibration scales (from --command-iters), else it runs as given; `{ranks}` is the run's number of
+    ranks (a program built for one count, such as NPB's IS, names its binary by it). Its result is every match of
     --check's regex in its output (group 1 where it has one), sorted, since ranks print in any order: a
     run is ok when it exits 0 and prints at least one, and its checksum is their digest, compared with the
     plain taskset run's as a pattern's is. Its time is --time's regex (seconds, group 1) where given, else
@@ -263,8 +266,8 @@ class Command(Program):
     def allows(self, nranks: int) -> bool:
         return True
 
-    def argv(self) -> list[str]:
-        return [a.replace("{iters}", str(self.iters)) for a in self.cmd]
+    def argv(self, nranks: int) -> list[str]:
+        return [a.replace("{iters}", str(self.iters)).replace("{ranks}", str(nranks)) for a in self.cmd]
 
     def parse(self, res: subprocess.CompletedProcess[str], wall_s: float, cwd: str | None = None) -> Run:
         text = self.output(res, cwd)
@@ -340,7 +343,7 @@ def plain(prog: Program, nranks: int, cpus: int, way: str, cap: float) -> Run:
     pin = (lambda c: []) if way == "timesharing" else (lambda c: ["taskset", "-c", cpu_list(c)])  # noqa: E731
     n = 2 * len(other)
     with compute_beside([*pin(other), mpiexec(), "-n", str(n), *COMPUTE] if other else None, n):
-        return run([*pin(mine), mpiexec(), "-n", str(nranks), *prog.argv()], prog, env, cap)
+        return run([*pin(mine), mpiexec(), "-n", str(nranks), *prog.argv(nranks)], prog, env, cap)
 
 
 def unfolded(prog: Program, nranks: int, cap: float) -> Run:
@@ -348,7 +351,7 @@ def unfolded(prog: Program, nranks: int, cap: float) -> Run:
     stays off and no rank is folded), on the whole node: what a folded run's result must equal. Only its
     result is used."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("VMSCHED_")}
-    return run(mpiexec_command(mpiexec(), nranks, library_path(), prog.argv(), env), prog, env, cap)
+    return run(mpiexec_command(mpiexec(), nranks, library_path(), prog.argv(nranks), env), prog, env, cap)
 
 
 def plain_reference(runs: dict[str, list[Run]]) -> tuple[str, Run]:
@@ -388,7 +391,7 @@ def folded(m: Manager, prog: Program, nranks: int, cpus: int, way: str, env: dic
         opts = {"queue": "global", "heuristic": way}
     job_id = next(JOB_IDS)
     with compute_beside(vmrun_cmd(m.state_dir, n, 2, COMPUTE, queue="local") if n else None, n, e):
-        r = run(vmrun_cmd(m.state_dir, nranks, nranks // cpus, prog.argv(), job_id=job_id, **opts), prog, e)
+        r = run(vmrun_cmd(m.state_dir, nranks, nranks // cpus, prog.argv(nranks), job_id=job_id, **opts), prog, e)
     return replace(r, decisions=lbd_decisions(m.log_path.read_text(), job_id)) if not opts else r
 
 
@@ -496,7 +499,8 @@ def main() -> int:
         default=[],
         metavar="NAME=CMDLINE",
         help="also an MPI program of yours, run every way as the patterns are (needs --check NAME=...); "
-        "{iters} in CMDLINE: an iteration count scaled to --min-s; without --programs, only these",
+        "{iters} in CMDLINE: an iteration count scaled to --min-s; {ranks}: the case's number of ranks; "
+        "without --programs, only these",
     )
     p.add_argument(
         "--check",

@@ -111,6 +111,30 @@ def test_a_result_written_to_a_file_is_read_from_the_runs_own_directory(tmp_path
     assert sorted(f.name for f in tmp_path.iterdir()) == ["writer.py"]  # every run's directory went
 
 
+SIZED = """import sys
+from mpi4py import MPI
+c = MPI.COMM_WORLD
+if sys.argv[1] != str(c.size):  # built for another count of ranks, as NPB's IS is: it refuses to run
+    sys.exit(f"built for {sys.argv[1]} ranks, run on {c.size}")
+if c.rank == 0:
+    print(f"ranks {sys.argv[1]} of {c.size}", flush=True)
+"""
+
+
+def test_ranks_in_a_command_is_each_cases_number_of_ranks(tmp_path):
+    # a program built for one count of ranks (NPB's is.B.4) is named by it: one --command for every shape
+    sized = tmp_path / "sized.py"
+    sized.write_text(SIZED)
+    r = subprocess.run(
+        [sys.executable, str(BENCH), "--shapes", "2x1,4x1", "--ways", "local", "--min-s", "0.05",
+         "--command", f"sized={sys.executable} {sized} {{ranks}}", "--check", r"sized=ranks (\d+ of \d+)"],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    rows = [line.split() for line in r.stdout.splitlines() if line.startswith("sized ")]
+    assert {row[1] for row in rows} == {"2x1", "4x1"} and all(row[-1] == "ok" for row in rows), r.stdout
+
+
 def test_the_vmsched_ways_are_checked_against_the_unfolded_run_where_one_ran():
     bench = load_script(BENCH)
     run = bench.Run
