@@ -9,6 +9,7 @@ import operator
 import statistics
 import subprocess
 import sys
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -20,6 +21,14 @@ from vmsched.vmruntime.testing import compile_c_program, mpiexec
 BENCH = REPO / "bench" / "patterns.py"
 
 
+def run_bench(shapes: str, ways: str, *more: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """The bench at `shapes` and `ways` (default and taskset run anyway) on runs as short as it allows."""
+    return subprocess.run(
+        [sys.executable, str(BENCH), "--shapes", shapes, "--ways", ways, "--min-s", "0.05", *more],
+        capture_output=True, text=True, timeout=600, cwd=cwd,
+    )  # fmt: skip
+
+
 def test_a_users_program_runs_every_way_and_its_result_is_checked(tmp_path):
     # a ring timed by itself (--time), and a program whose "result" is its rank processes' pids: different
     # in every run, so never verified, and timed by its wall clock less the start-up
@@ -27,12 +36,11 @@ def test_a_users_program_runs_every_way_and_its_result_is_checked(tmp_path):
     # One write per rank: print() wrote "pid", " " and the number apart, and the two ranks' pieces interleaved on
     # mpiexec's stdout ('pidpid  9803\n9804\n', CI 2026-12-04): the plain reference run then read BAD too
     pids = f"{sys.executable} -c 'from mpi4py import MPI; import os; os.write(1, f\"pid {{os.getpid()}}\\n\".encode())'"
-    r = subprocess.run(
-        [sys.executable, str(BENCH), "--shapes", "2x1", "--ways", "local,again", "--min-s", "0.05",
-         "--command", f"cring={exe} ring {{iters}} 0", "--check", r'cring="checksum": "(\w+)"',
-         "--time", r'cring="elapsed_s": ([0-9.]+)', "--command-iters", "200",
-         "--command", f"pids={pids}", "--check", r"pids=pid (\d+)"],
-        capture_output=True, text=True, timeout=600,
+    r = run_bench(
+        "2x1", "local,again",
+        "--command", f"cring={exe} ring {{iters}} 0", "--check", r'cring="checksum": "(\w+)"',
+        "--time", r'cring="elapsed_s": ([0-9.]+)', "--command-iters", "200",
+        "--command", f"pids={pids}", "--check", r"pids=pid (\d+)",
     )  # fmt: skip
     assert r.returncode == 1, r.stdout[-3000:] + r.stderr[-3000:]  # a result differed: the bench fails
     figures = json.loads(r.stdout.strip().splitlines()[-1])
@@ -69,11 +77,7 @@ def test_a_result_of_mpichs_algorithms_is_checked_against_the_unfolded_run(tmp_p
     mine = subprocess.run([mpiexec(), "-n", "8", *preload, str(exe)], capture_output=True, text=True, timeout=120)
     assert plain.stdout.startswith("sum ") and mine.stdout.startswith("sum "), plain.stderr + mine.stderr
     assert plain.stdout != mine.stdout, "this MPICH sums alike with either algorithm: the case below proves nothing"
-    r = subprocess.run(
-        [sys.executable, str(BENCH), "--shapes", "8x2", "--ways", "local", "--min-s", "0.05",
-         "--command", f"fpsum={exe}", "--check", r"fpsum=sum (\S+)"],
-        capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
+    r = run_bench("8x2", "local", "--command", f"fpsum={exe}", "--check", r"fpsum=sum (\S+)")
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     figures = json.loads(r.stdout.strip().splitlines()[-1])
     assert figures["bad_results"] == 0 and figures["results_by_runtime_algorithms"] == ["fpsum 8x2"], figures
@@ -95,13 +99,13 @@ print("sum 0", flush=True)  # never the result: --result-file reads the file
 def test_a_result_written_to_a_file_is_read_from_the_runs_own_directory(tmp_path):
     writer = tmp_path / "writer.py"
     writer.write_text(WRITER)
-    r = subprocess.run(
-        [sys.executable, str(BENCH), "--shapes", "2x1", "--ways", "local", "--min-s", "0.05",
-         "--command", f"wfile={sys.executable} {writer} file", "--check", r"wfile=sum (\d+)",
-         "--result-file", "wfile=answer*.txt",
-         "--command", f"wnone={sys.executable} {writer} none", "--check", r"wnone=sum (\d+)",
-         "--result-file", "wnone=answer*.txt"],
-        capture_output=True, text=True, timeout=600, cwd=tmp_path,
+    r = run_bench(
+        "2x1", "local",
+        "--command", f"wfile={sys.executable} {writer} file", "--check", r"wfile=sum (\d+)",
+        "--result-file", "wfile=answer*.txt",
+        "--command", f"wnone={sys.executable} {writer} none", "--check", r"wnone=sum (\d+)",
+        "--result-file", "wnone=answer*.txt",
+        cwd=tmp_path,
     )  # fmt: skip
     assert r.returncode == 1, r.stdout[-3000:] + r.stderr[-3000:]  # wnone wrote no file: BAD in every way
     rows = {line.split()[0]: line for line in r.stdout.splitlines() if line.startswith(("wfile ", "wnone "))}
@@ -125,10 +129,9 @@ def test_ranks_in_a_command_is_each_cases_number_of_ranks(tmp_path):
     # a program built for one count of ranks (NPB's is.B.4) is named by it: one --command for every shape
     sized = tmp_path / "sized.py"
     sized.write_text(SIZED)
-    r = subprocess.run(
-        [sys.executable, str(BENCH), "--shapes", "2x1,4x1", "--ways", "local", "--min-s", "0.05",
-         "--command", f"sized={sys.executable} {sized} {{ranks}}", "--check", r"sized=ranks (\d+ of \d+)"],
-        capture_output=True, text=True, timeout=600,
+    r = run_bench(
+        "2x1,4x1", "local",
+        "--command", f"sized={sys.executable} {sized} {{ranks}}", "--check", r"sized=ranks (\d+ of \d+)",
     )  # fmt: skip
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     rows = [line.split() for line in r.stdout.splitlines() if line.startswith("sized ")]
