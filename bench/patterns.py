@@ -17,6 +17,11 @@ files matching GLOB there, for programs that write their result to a file (HPCG:
 'hpcg=(Scaled residual mean=\S+|Departure for \w+=\S+|optimized iterations=\d+|result is VALID)'
 --result-file 'hpcg=HPCG-Benchmark*.txt'`).
 
+--work UNITS runs every pattern with that much work between its MPI calls (units of 2,000 steps of
+patterns.c's generator; the patterns' own are 0-5), as programs written with long compute phases call
+MPI: at 5,000, some 20 ms a phase here, every pattern makes under 200 calls per rank in the detector's
+0.4-s trials, which then read no pace (vmsched/cpumanager/lbd.py), and the rows are named ring/w5000.
+
 Shapes: MPL 2 and 4 on one and on two CPUs (2 ranks on 1 CPU, 4 on 1, 4 on 2, 8 on 2); --shapes
 takes others (16x8, 32x8 on a 16-core node). The node is the CPUs this process may run on; a job that
 does not fill it runs beside a compute-bound job (2 ranks per CPU) that holds the rest, as on a shared
@@ -178,10 +183,17 @@ class Run:
 
 
 class Program:
-    def __init__(self, name: str, exe: Path | None) -> None:
+    def __init__(self, name: str, exe: Path | None, work: int | None = None) -> None:
         self.name, self.exe = name, exe
         self.is_app = exe is None
         self.iters, self.work = (0, 0) if self.is_app else PATTERNS[name]
+        # --work: the pattern at another grain. Its first count keeps the work per run about the pattern's
+        # own (work 0 still costs a step), so that the calibration starts near its target rather than at a
+        # run of hours (20,000 laps of a ring at work 5,000).
+        self.own_work = work is None or self.is_app
+        if not self.own_work:
+            self.iters = max(1, round(self.iters * (self.work + 1) / (work + 1)))  # type: ignore[operator]
+            self.work = work  # type: ignore[assignment]
         self.cls = APPS.get(name, "")  # an app's class: the next one up where a run is too short (scaled)
 
     def larger(self) -> bool:
@@ -194,7 +206,9 @@ class Program:
 
     @property
     def label(self) -> str:
-        return f"app {self.name}.{self.cls}" if self.is_app else self.name
+        if self.is_app:
+            return f"app {self.name}.{self.cls}"
+        return self.name if self.own_work else f"{self.name}/w{self.work}"
 
     def allows(self, nranks: int) -> bool:
         return not self.is_app or registry.get_spec(self.name).allowed(nranks)
@@ -525,11 +539,17 @@ def main() -> int:
         "--check and --time read the files matching GLOB there",
     )
     p.add_argument("--command-iters", type=int, default=1000, help="{iters} to start calibrating from (1000)")
+    p.add_argument("--work", type=int, metavar="UNITS",
+                   help="every pattern's work between its MPI calls, in units of 2,000 steps of patterns.c's "
+                        "generator (default: each pattern's own, 0-5): a coarser grain, fewer calls per second; "
+                        "rows read NAME/wUNITS")  # fmt: skip
     args = p.parse_args()
     if args.reps < 1:
         p.error(f"--reps must be at least 1, not {args.reps}")
     if args.confirm < 0:
         p.error(f"--confirm must be 0 or more, not {args.confirm}")
+    if args.work is not None and args.work < 0:
+        p.error(f"--work must be 0 or more, not {args.work}")
     try:
         commands = parse_commands(args.command, args.check, args.time, args.command_iters, args.result_file)
     except ValueError as e:
@@ -553,7 +573,7 @@ def main() -> int:
         for n in names:
             if n not in PATTERNS and n not in APPS:
                 p.error(f"unknown program {n!r}; patterns: {', '.join(PATTERNS)}; apps: {', '.join(APPS)}")
-            programs.append(Program(n, None if n in APPS else exe))
+            programs.append(Program(n, None if n in APPS else exe, args.work))
         programs += commands
         EMPTY.append(Command("start-up", f"{exe} ring 1 0", r'"ok": true', None, 0, net=False))
         rows = []

@@ -140,6 +140,23 @@ def test_ranks_in_a_command_is_each_cases_number_of_ranks(tmp_path):
     assert all(row.split()[9] == "ok" and "BAD" not in row for row in rows), r.stdout
 
 
+def test_work_runs_every_pattern_at_that_grain_and_names_its_rows_by_it(tmp_path):
+    # --work: the pattern with that much work between its calls, its first count cut as the work grew
+    bench = load_script(BENCH)
+    exe = tmp_path / "patterns"
+    ring, halo = bench.Program("ring", exe, 5000), bench.Program("halo2d", exe, 20)  # own: (20000, 0), (2000, 2)
+    assert ring.argv(4) == [str(exe), "ring", "4", "5000"] and ring.label == "ring/w5000"
+    assert halo.argv(4) == [str(exe), "halo2d", "286", "20"] and halo.label == "halo2d/w20"
+    own = bench.Program("ring", exe)
+    assert own.argv(4) == [str(exe), "ring", "20000", "0"] and own.label == "ring"
+    assert bench.Program("ep", None, 5000).argv(4)[-2:] == ["--class", "S"]  # an app has no work to set
+    # from the command line to the program: its rows name the work, and every result is checked at that grain
+    r = run_bench("2x1", "local", "--programs", "ring", "--work", "3")
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    rows = [line for line in r.stdout.splitlines() if line.startswith("ring/w3 ")]
+    assert rows and all(row.split()[9] == "ok" and "BAD" not in row for row in rows), r.stdout
+
+
 def test_the_vmsched_ways_are_checked_against_the_unfolded_run_where_one_ran():
     bench = load_script(BENCH)
     run = bench.Run
@@ -176,6 +193,8 @@ def test_bad_command_options_are_refused_with_the_reason():
         ("--command", "x=prog", "--check", "x=a", "--result-file", "y=*.txt"): "--result-file y: no --command y",
         ("--command", "x=prog", "--check", "x=a", "--result-file", "x=/etc/*"): "inside the run's directory",
         ("--command", "x=prog", "--check", "x=a", "--result-file", "x=../*.txt"): "inside the run's directory",
+        ("--work", "-1"): "--work must be 0 or more, not -1",
+        ("--work", "many"): "--work: invalid int value",
     }
     for argv, reason in cases.items():
         r = subprocess.run([sys.executable, str(BENCH), *argv], capture_output=True, text=True, timeout=60)
