@@ -191,9 +191,9 @@ class Program:
         # own (work 0 still costs a step), so that the calibration starts near its target rather than at a
         # run of hours (20,000 laps of a ring at work 5,000).
         self.own_work = work is None or self.is_app
-        if not self.own_work:
-            self.iters = max(1, round(self.iters * (self.work + 1) / (work + 1)))  # type: ignore[operator]
-            self.work = work  # type: ignore[assignment]
+        if work is not None and not self.is_app:
+            self.iters = max(1, round(self.iters * (self.work + 1) / (work + 1)))
+            self.work = work
         self.cls = APPS.get(name, "")  # an app's class: the next one up where a run is too short (scaled)
 
     def larger(self) -> bool:

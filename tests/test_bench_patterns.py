@@ -29,6 +29,11 @@ def run_bench(shapes: str, ways: str, *more: str, cwd: Path | None = None) -> su
     )  # fmt: skip
 
 
+def verified(row: str) -> bool:
+    """Whether a printed row's result column says ok (a run under --min-s may add "short: ..." after it)."""
+    return row.split()[9] == "ok" and "BAD" not in row
+
+
 def test_a_users_program_runs_every_way_and_its_result_is_checked(tmp_path):
     # a ring timed by itself (--time), and a program whose "result" is its rank processes' pids: different
     # in every run, so never verified, and timed by its wall clock less the start-up
@@ -135,9 +140,8 @@ def test_ranks_in_a_command_is_each_cases_number_of_ranks(tmp_path):
     )  # fmt: skip
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     rows = [line for line in r.stdout.splitlines() if line.startswith("sized ")]
-    # each case verified: its result column says ok (a run under --min-s may add "short: ..." after it)
     assert {row.split()[1] for row in rows} == {"2x1", "4x1"}, r.stdout
-    assert all(row.split()[9] == "ok" and "BAD" not in row for row in rows), r.stdout
+    assert all(verified(row) for row in rows), r.stdout
 
 
 def test_work_runs_every_pattern_at_that_grain_and_names_its_rows_by_it(tmp_path):
@@ -154,7 +158,7 @@ def test_work_runs_every_pattern_at_that_grain_and_names_its_rows_by_it(tmp_path
     r = run_bench("2x1", "local", "--programs", "ring", "--work", "3")
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     rows = [line for line in r.stdout.splitlines() if line.startswith("ring/w3 ")]
-    assert rows and all(row.split()[9] == "ok" and "BAD" not in row for row in rows), r.stdout
+    assert rows and all(verified(row) for row in rows), r.stdout
 
 
 def test_the_vmsched_ways_are_checked_against_the_unfolded_run_where_one_ran():
