@@ -1309,3 +1309,52 @@ def test_a_stalled_cpu_moves_nothing_where_the_other_placement_would_not_help(ca
         after = lbd_step(state, [], [1.0] * 4, P, calls=state.watch[0] + 11_000.0, ncpus=2, now=1.1)  # type: ignore[index]
         assert after.watch == (state.watch[0] + 11_000.0, 1.1, 4, None)  # type: ignore[index]  # a read
     assert after.block == state.block and not after.moved and not after.watch_stall
+
+
+# NPB FT (4 ranks on 2 CPUs): its windows read 7.9-11.8 MPI calls per CPU second of its ranks (2026-12-05)
+FT = 10.0
+
+
+def test_a_job_too_sparse_in_calls_for_any_trial_stays_on_the_global_queue_untried() -> None:
+    """A balanced job that calls MPI some ten times per CPU second: no trial of at most `ip_quanta` quanta
+    could hold `window_calls` calls per rank, so the window that reads it balanced does not move it to local
+    queues it could never check; neither do its re-check windows, however balanced they read."""
+    states = drive(lambda q: [0.5] * 4, 1500, speed=lambda local: FT, ncpus=2, clock=True)
+    (q, local), *more = decisions(states)
+    assert not local and not more and states[q].sparse  # the manager logs it as why=sparse_calls
+    assert all(not s.queue_local and not s.trial_quanta for s in states)
+    assert states[q].ip is not None and states[q].ip < P.threshold  # balanced, as it read
+    assert states[q].rate_global == pytest.approx(FT, rel=0.05)  # its window's calls per CPU second, logged
+    assert all(s.against == 0 and s.below == 0 for s in states[q:])  # its re-checks: no case for local queues
+    # What the rule changes: without it the window decides local and tries local queues (a trial that then
+    # keeps the window's decision unread: it never holds the calls it would need).
+    old = drive(lambda q: [0.5] * 4, 1500, LbdParams(sparse_global=False), speed=lambda local: FT, ncpus=2)
+    assert decisions(old)[0][1] and max(s.trial_quanta for s in old) > 0 and old[-1].queue_local
+    # Without the partition's size (ncpus not given) there is no bound to read it against: as before.
+    assert decisions(drive(lambda q: [0.5] * 4, 300, speed=lambda local: FT))[0][1]
+
+
+@pytest.mark.parametrize(("nranks", "speed", "sparse"), [
+    (4, 120.0, True), (4, 150.0, False),  # the bound at MPL 2: 200 calls / (300 quanta x 0.5 CPU) = 133
+    (8, 240.0, True), (8, 300.0, False),  # at MPL 4 twice that: a rank has a quarter of a CPU
+    (2, 60.0, True), (2, 80.0, False),  # one rank per CPU: the whole of it, 67
+])  # fmt: skip
+def test_the_bound_is_what_the_longest_trial_could_hold(nranks: int, speed: float, sparse: bool) -> None:
+    """The bound: the calls a rank makes per CPU second, times the CPU seconds it has in `ip_quanta` quanta
+    with its share of the partition, against `window_calls`."""
+    share = min(1.0, 2 / nranks)
+    states = drive(lambda q: [share] * nranks, 200, speed=lambda local: speed, ncpus=2)
+    first = next(s for s in states if s.decisions)
+    assert first.sparse is sparse and first.queue_local is not sparse
+
+
+def test_a_local_job_whose_calls_become_sparse_goes_global_at_its_re_measure() -> None:
+    """Decided local while it called MPI often (a ring), then some ten calls per CPU second: its periodic
+    re-measure window on the global queue reads it too sparse for a trial, and it stays there."""
+    params = LbdParams(remeasure_quanta=150)
+    quantum = iter(range(10**6))
+    speed = lambda local: RING if next(quantum) < 100 else FT  # noqa: E731
+    states = drive(lambda q: [0.5] * 4, 600, params, speed=speed, ncpus=2)
+    (first, local), (again, kept) = decisions(states)[:2]
+    assert local and not kept and states[again].sparse and not states[first].sparse
+    assert all(not s.queue_local for s in states[again:])

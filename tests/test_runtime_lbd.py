@@ -339,3 +339,28 @@ def test_on_one_cpu_the_detector_tries_the_global_queue_and_the_table_follows(tm
         assert float(f["calls_per_s_decided"]) > float(f["calls_per_s_local"]) * (1 + p.block_margin), why
     assert queues[:2] == ["local", "global"], (queues, why)  # the trial's second segment, at least 40 ms
     assert queues[-1] == ("local" if trials else "global"), (queues, why)
+
+
+@pytest.mark.parametrize("sparse", [True, False], ids=["default", "sparse_global_off"])
+def test_a_job_that_calls_mpi_seldom_stays_on_the_global_queue_untried(tmp_path: Path, patterns: Path,
+                                                                      sparse: bool) -> None:  # fmt: skip
+    """An all-to-all whose ranks compute some 20 ms between exchanges (bench/patterns.c at work 10,000;
+    balanced): some 30 MPI calls per CPU second of its ranks, too few for any trial of it to hold
+    `window_calls` calls per rank (lbd.py: "Too sparse for a trial"). Its window decides the global queue,
+    logged with its rate, and nothing tries local queues. `lbd_sparse_global = false`: local queues, as the
+    window read it. (Not a ring: at this grain a ring's CVCS had not settled by its end, 4 runs of 4.)"""
+    config = tmp_path / "vmsched.toml"
+    config.write_text(f"[cpumanager]\nlbd_remeasure_quanta = 3000\nlbd_sparse_global = {str(sparse).lower()}\n")
+    with Manager(cpus="0-1", extra=("--config", str(config))) as m:
+        seen, decisions = run_watched(m, 807, [str(patterns), "alltoall", "30", "10000"], '"ok": true')
+        why = lbd_lines(m, 807)
+    if not sparse:
+        assert decisions and decisions[0][0] == "local", why  # by idleness, or by a reverse trial
+        assert all(w != "sparse_calls" for _, _, w in decisions), why
+        return
+    assert [(q, w) for q, _, w in decisions] == [("global", "sparse_calls")], why
+    rate = float(fields(next(x for x in why.splitlines() if "action=lbd_decision" in x))["calls_per_cpu_s_global"])
+    p = LbdParams()
+    assert 0 < rate * p.ip_quanta * p.quantum_s * 2 / 4 < p.window_calls, why  # under the bound at MPL 2
+    assert "action=lbd_trial" not in why, why
+    assert {j["queue"] for j in seen} == {"global"}, why

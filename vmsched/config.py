@@ -80,6 +80,7 @@ class CpuManagerConfig:
     lbd_placement_trial: bool = True  # ... and before it, by one in a block placement (rank r on CPU r * P / N)
     lbd_placement_margin: float = 0.05  # ... kept with this much more progress per second (over segments of each)
     lbd_queue_trial: bool = True  # on one CPU, local queues are tried against the global queue so too
+    lbd_sparse_global: bool = True  # a job whose MPI calls are too sparse for a trial to read stays global
     default_queue: str = "lbd"  # lbd | local | global
     # Each job's ranks in a CPU cgroup of their own where the kernel would schedule each as its own
     # autogroup (vmsched/cpumanager/cpugroups.py); needs root and the cgroup cpu controller. Off by

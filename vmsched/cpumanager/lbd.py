@@ -64,6 +64,24 @@ periodic re-measure local queues), without a trial, and a re-check window that s
 Jobs that call MPI at all often are not concerned: send.50x6, 50-ms phases, has 9-14 calls per rank in
 its windows.
 
+Too sparse for a trial (ours, 2026-12-05): a window may hold calls enough to read IP and still far too few
+for any trial of the job to judge. The trials below read a pace only over `window_calls` (200) calls per
+rank and last `ip_quanta` (300) quanta at most; a rank that makes c MPI calls per CPU second, with its share
+of the partition (P CPUs among N ranks: min(1, P / N) of one), makes at most c * min(1, P / N) * ip_quanta
+* quantum calls in one, under 200 where c is under 133 at MPL 2 (267 at MPL 4) with 10-ms quanta
+(`too_sparse`). Such a window does not move the job to local queues: their trial could only keep
+the window's decision unread, and the placement and global trials, which follow a trial that held its
+calls, would never run. The job stays on the global queue (`why=sparse_calls`), its re-check windows count
+for nothing however balanced they read, and a local job re-measured that sparse goes there too. Global,
+because every program this sparse that was measured ran there as fast as on local queues in r mod P, or
+faster: NPB FT, 4 ranks on 2 CPUs (8-12 calls per CPU second in its windows), ran in r mod P some 10 % slower
+than on the global queue or in a block placement (its Alltoall waits out the queue-mate's computation on
+the rank's own CPU), and the patterns with long compute phases (bench/patterns.py --work 5000, some 50-120
+calls per CPU second; 24 cases) ran on the global queue within 2 % of local queues or faster (up to 10 %,
+master-worker). Counted per CPU second of the ranks, not per second: outside load slows a trial, not the
+program's grain, and a balanced send.S (some 210 per CPU second) stays a local job on a loaded node. Figures:
+docs/vmruntime-journal.md, fifty-second session. `lbd_sparse_global = false` turns it off.
+
 Yields in the window (the runtime's, 2026-11-28): while a job measures (LBD_MEASURING, LBD_STABLE: its
 first window, and a decided-local job's re-measure windows), its ranks on the global queue yield their
 CPU for up to the first 100 us of each MPI call that waits for a receive or a send before they sleep, as
@@ -372,7 +390,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from math import sqrt
+from math import isfinite, sqrt
 
 from vmsched.cpumanager.partition import home_cpu
 from vmsched.cpumanager.shm_layout import LBD_DECIDED, LBD_MEASURING, LBD_STABLE, PLACE_BLOCK, PLACE_CYCLIC
@@ -414,6 +432,8 @@ class LbdParams:
     look_quanta: int = 3  # ... read over segments this long (after a quantum to switch), block and r mod P in turn
     queue_trial: bool = True  # on one CPU, local queues are tried against the global queue by such segments
     move_margin: float = 0.15  # a move by a stalled CPU is undone where the stalled read was this much faster
+    sparse_global: bool = True  # a job too sparse in MPI calls for any trial to read stays on the global queue
+    quantum_s: float = 0.01  # the manager's quantum: how much CPU a rank has in the longest trial (ip_quanta)
 
 
 @dataclass(frozen=True)
@@ -446,6 +466,7 @@ class LbdState:
     hold_global: bool = False  # local was measured slower: global until the next periodic re-measure
     one_cpu: bool = False  # decided local because the partition has one CPU (measured afresh when it grows)
     unread: bool = False  # the last decision kept the queue: its window held too few calls to read
+    sparse: bool = False  # the last decision: global, its calls too sparse for a trial to read (module docstring)
     global_quanta: int = 0  # quanta into a global trial (the decided global queue after a kept local trial)
     wall_decided: float | None = None  # MPI calls per second of wall time over the last global trial
     rate_decided: float | None = None  # ... per CPU second of the job (its ranks' and its idle CPUs')
@@ -581,9 +602,22 @@ def _decide(state: LbdState, ip: float | None, local: bool, times: tuple[float, 
                    base_idle=idle if times else None, base_wall=now if times else None, wall_global=wall,
                    against=0, below=0, decisions=state.decisions + 1, since_decision=0, rate_global=rate,
                    rate_local=None, wall_local=None, trial_quanta=1 if trial else 0, trial_base=calls or 0.0,
-                   trial_len=quanta, hold_global=False, band=False, unread=False, global_quanta=0,
+                   trial_len=quanta, hold_global=False, band=False, unread=False, sparse=False, global_quanta=0,
                    global_faster=False, watch=None, watch_low=False, watch_ranks=(), watch_stall=False, block=False,
                    block_quanta=0, moved=False, rebase=False, stall_pace=None)  # fmt: skip
+
+
+def too_sparse(per_rank: float | None, mean_cpu: float, nranks: int, ncpus: int | None, params: LbdParams) -> bool:
+    """Whether a window whose `nranks` ranks made `per_rank` MPI calls each in `mean_cpu` CPU seconds each calls
+    MPI too seldom for any trial of it to hold `window_calls` calls per rank: at that many calls per CPU second, in
+    the CPU a rank has in the longest trial (`ip_quanta` quanta, its share of the partition's `ncpus` CPUs and
+    no outside load; module docstring: "Too sparse for a trial")."""
+    if not params.sparse_global or per_rank is None or mean_cpu <= 0 or not ncpus or not nranks:
+        return False
+    if not isfinite(params.window_calls):  # windows and trials that close on CPU time alone
+        return False
+    cpu = params.ip_quanta * params.quantum_s * min(1.0, ncpus / nranks)
+    return per_rank / mean_cpu * cpu < params.window_calls
 
 
 def _trial_due(state: LbdState, params: LbdParams) -> bool:
@@ -1076,6 +1110,8 @@ def lbd_step(
             # No calls given to _decide: no rate, so no trial; the next window's bases are this read's.
             decided = _decide(state, ip, keep, times, None, 0.0, quanta, idle, now)
             return replace(decided, base_calls=calls, unread=True)
+        if too_sparse(per_rank, mean, len(times), ncpus, params):  # no trial could read it: global, untried
+            return replace(_decide(state, ip, False, times, calls, sum(used), quanta, idle, now), sparse=True)
         # The first decision: the plain threshold; a periodic re-measure of a local job: it stays local
         # unless clearly imbalanced now.
         cut = params.threshold if state.decisions == 0 or not state.local else params.threshold + params.hysteresis
@@ -1094,6 +1130,8 @@ def lbd_step(
             return _next_window(state, times, calls, idle, now, since)
         return replace(state, quanta_stable=quanta, since_decision=since)
     ip = idleness(used)
+    if too_sparse(per_rank, mean, len(times), ncpus, params):  # no trial could read it: no case for local queues
+        return _next_window(state, times, calls, idle, now, since, ip=ip, against=0, below=0)
     # Windows inside the band (threshold - hysteresis <= IP < threshold) neither count nor reset: a
     # balanced send.S on the global queue reads 4-10 % per window, and resetting on every in-band
     # window kept a job that had become balanced off local queues for 4 windows in a row (1 run in 3).

@@ -97,7 +97,8 @@ class CpuManager:
                                     remeasure_quanta=cm.lbd_remeasure_quanta,
                                     global_trial=cm.lbd_global_trial, block_trial=cm.lbd_placement_trial,
                                     block_margin=cm.lbd_placement_margin,
-                                    queue_trial=cm.lbd_queue_trial)  # fmt: skip
+                                    queue_trial=cm.lbd_queue_trial, sparse_global=cm.lbd_sparse_global,
+                                    quantum_s=cm.quantum_ms / 1000)  # fmt: skip
         self.lbd: dict[int, LbdState] = {}
         # job id -> (its CPUs, their idle seconds and the time, when last read; the idle seconds of its CPUs so far)
         self.idle_seen: dict[int, tuple[tuple[int, ...], tuple[float, ...], float, float]] = {}
@@ -535,6 +536,7 @@ class CpuManager:
             event(log, "lbd_decision", job=j.job_id, cvcs=round(new.cvcs or 0, 4), ip=round(new.ip or 0, 4),
                   queue="local" if new.local else "global", decision=new.decisions,
                   why="global_faster" if new.global_faster else "one_cpu" if new.one_cpu else "few_calls" if new.unread
+                  else "sparse_calls" if new.sparse
                   else "local_slower" if not new.local and new.rate_local is not None
                   else "reverse_trial" if new.reverse else "band_trial" if new.band else "idleness",
                   calls_per_cpu_s_global=round(new.rate_global or 0, 1),
