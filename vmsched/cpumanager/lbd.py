@@ -76,9 +76,9 @@ for nothing however balanced they read, and a local job re-measured that sparse 
 because every program this sparse that was measured ran there as fast as on local queues in r mod P, or
 faster: NPB FT, 4 ranks on 2 CPUs (8-12 calls per CPU second in its windows), ran in r mod P some 10 % slower
 than on the global queue or in a block placement (its Alltoall waits out the queue-mate's computation on
-the rank's own CPU), and the patterns with long compute phases (bench/patterns.py --work 5000, some 50-120
-calls per CPU second; 24 cases) ran on the global queue within 2 % of local queues or faster (up to 10 %,
-master-worker). Counted per CPU second of the ranks, not per second: outside load slows a trial, not the
+the rank's own CPU), and the patterns with long compute phases (bench/patterns.py --work 5000: 54-237 calls
+per CPU second in their windows; 24 cases) ran on the global queue within 2 % of local queues or faster (up
+to 10 %, master-worker). Counted per CPU second of the ranks, not per second: outside load slows a trial, not the
 program's grain, and a balanced send.S (some 210 per CPU second) stays a local job on a loaded node. Figures:
 docs/vmruntime-journal.md, fifty-second session. `lbd_sparse_global = false` turns it off.
 
