@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from vmsched.cpumanager.lbd import LbdParams
+from vmsched.cpumanager.lbd import LbdParams, too_sparse
 from vmsched.vmruntime.testing import Manager, run_following, vmrun_cmd
 
 
@@ -212,13 +212,11 @@ def lbd_lines(manager: Manager, job_id: int) -> str:
 
 def assert_under_the_bound(text: str, job_id: int, last: bool = False) -> None:
     """The job's first (`last`: last) `sparse_calls` decision in these log lines logged a rate under the bound
-    (lbd.py, "Too sparse for a trial"): its window's calls per CPU second of a rank, times the CPU a rank has
-    in the longest trial (4 ranks on 2 CPUs), under `window_calls`."""
+    (lbd.py, "Too sparse for a trial"; 4 ranks on 2 CPUs): the detector's own `too_sparse` on that rate."""
     lines = [x for x in text.splitlines() if f"action=lbd_decision job={job_id} " in x and "why=sparse_calls" in x]
     assert lines, text
     rate = float(fields(lines[-1 if last else 0])["calls_per_cpu_s_global"])
-    p = LbdParams()
-    assert 0 < rate * p.ip_quanta * p.quantum_s * 2 / 4 < p.window_calls, text
+    assert rate > 0 and too_sparse(rate, 1.0, 4, 2, LbdParams()), text  # per CPU second: `rate` calls in 1 s
 
 
 def global_trials(text: str, job_id: int) -> tuple[list[dict[str, str]], list[dict[str, str]]]:
