@@ -287,18 +287,25 @@ def test_a_local_job_whose_pace_drifts_is_re_measured_at_once(tmp_path: Path, pa
     CI once read as failed (local queues already slower), and the job never went local. In r mod P (no
     placement trial): the halves (even and odd ranks) are then one per CPU, and the fast one runs ahead;
     in a block placement, which its trial kept once in CI at 1.13x (2026-12-04), each CPU holds one rank
-    of each half and the job's pace did not fall under half."""
+    of each half and the job's pace did not fall under half.
+
+    The drift itself does not always come: the same job held on local queues (no detector) ran 4.7, 8.5, 9.6
+    and 21.1 s (2026-12-06), and one run here, 5 s long, never fell under half its trial's pace; a job
+    that went local and was not re-measured is run again, up to 4 times."""
     config = tmp_path / "vmsched.toml"
     config.write_text("[cpumanager]\nlbd_remeasure_quanta = 3000\nlbd_placement_trial = false\n")
     with Manager(cpus="0-1", extra=("--config", str(config))) as manager:
-        seen, decisions = run_watched(manager, 804, [str(patterns), "drift", "100000", "1"], '"ok": true')
-        lines = [x for x in manager.log_path.read_text().splitlines() if " job=804 " in x]
-        why = lbd_lines(manager, 804)
-    assert decisions and decisions[0][0] == "local", why  # balanced at first
-    assert any("action=lbd_remeasure job=804 " in x for x in lines), why
-    assert_refell_only(lines, 804)  # why=progress_fell, both rates under half the trial's
-    watched = until_remeasure(lines, 804)
-    assert any("action=lbd_trial job=804 queue=local kept=true" in x for x in watched), why
+        for job in (804, 814, 824, 834):
+            seen, decisions = run_watched(manager, job, [str(patterns), "drift", "100000", "1"], '"ok": true')
+            lines = [x for x in manager.log_path.read_text().splitlines() if f" job={job} " in x]
+            why = lbd_lines(manager, job)
+            assert decisions and decisions[0][0] == "local", why  # balanced at first
+            if any(f"action=lbd_remeasure job={job} " in x for x in lines):
+                break
+    assert any(f"action=lbd_remeasure job={job} " in x for x in lines), why
+    assert_refell_only(lines, job)  # why=progress_fell, both rates under half the trial's
+    watched = until_remeasure(lines, job)
+    assert any(f"action=lbd_trial job={job} queue=local kept=true" in x for x in watched), why
 
 
 def test_without_the_global_trial_a_kept_local_trial_is_the_last_word(tmp_path: Path, patterns: Path) -> None:

@@ -219,17 +219,19 @@ def test_ranks_done_early_are_not_woken_at_every_wait_of_those_still_working(pat
     early were woken at every wait of their queue-mates, to test once and hand the token back (README,
     "Stale waiters"). Local queues put rank 0 beside rank 2 (ranks r and r + 2 share a CPU)."""
     with Manager(cpus="0-1") as two:
-        for _ in range(3):  # the rule-off run is the control: a pair whose control shows few stale waiters is no test
+        for _ in range(5):  # the rule-off run is the control: a pair whose control shows few stale waiters is no test
             on, handoffs = stale_handoffs(two, patterns, tmp_path, queue, work=1)
             off, handoffs_off = stale_handoffs(two, patterns, tmp_path, queue, work=1, VMRT_STALE_US="0")
-            if off > 0.3:
+            if off > 0.25:
                 break
     # Measured per late round, with and without the rule: global queue 0.0-0.006 and 0.39-0.48 hand-offs to
     # a stale rank (0.16-0.23 and 0.67-0.84 hand-offs in all), local queues 0.004-0.033 and 0.41-0.77 (5 pairs
     # each, 2026-12-04). With no work in a round (`groups 4000 0`) the rule-off runs read as little as 0.005
     # in 2 of 6 (not found out why); with one unit, 0.39 at least in 6 here, but 0.046 and 0.19 in two CI
-    # runs (the rule on at 0.021 in the second, 0.11 of it): hence a control under 0.3 is read again.
-    assert off > 0.3 and on < 0.1 * off, (on, handoffs, off, handoffs_off)
+    # runs (the rule on at 0.021 in the second, 0.11 of it): hence a control under a quarter is read again. CI
+    # on 3fee608 read three controls of 0.3 or under, the last 0.2996 (the rule on at 0.0055, 0.018 of it), when
+    # the gate was 0.3 and three pairs: the control's spread is this node's, not the rule's.
+    assert off > 0.25 and on < 0.1 * off, (on, handoffs, off, handoffs_off)
 
 
 def run_folded(manager: Manager, exe: Path, rounds: int, queue: str, *args: str, **env: str) -> dict:
