@@ -148,13 +148,16 @@ def send_for(seconds: float, variant: str = "0x1") -> list[str]:
 
 def expiring_backfill(node: Node, head_iters: int = 10) -> tuple[int, int, int]:
     """Jobs (a, head, late) on 2 CPUs: `a` holds one CPU, `head` waits for both, `late` is backfilled
-    with a 1 s estimate that it far outlives, so its window expires while `head` still waits. (120
-    iterations of `late` took 2.5 s when this was written and 0.75-0.79 s on a faster node, 2026-12-02,
-    where `late` ended as its window expired and a requeued job printed two results: 360 and 600.)"""
-    a = node.submit("-n", "1", "--time", "20s", "--", *send_app(600))  # 4-12 s
+    with a 1 s estimate that it far outlives, so its window expires while `head` still waits. Both sized in
+    seconds: in iterations they ran as the node's speed went (120 iterations of `late` took 2.5 s when this
+    was written, 0.75-0.79 s on a faster node, where `late` ended as its window expired; 600 of `a`, 4-12 s
+    once, took 31 s on this node in its slow spells, 2026-12-06, and two tests 165 s of the suite). A
+    suspended `late` ends at its first iteration after its resume (its seconds are past); a requeued one
+    runs its 4 s afresh."""
+    a = node.submit("-n", "1", "--time", "20s", "--", *send_for(6))  # past late's window and its suspension
     node.wait_state(a, ("running",))
     head = node.submit("-n", "2", "--time", "30s", "--", *send_app(head_iters))
-    late = node.submit("-n", "1", "--time", "1s", "--", *send_app(360))  # 2.3-7.5 s
+    late = node.submit("-n", "1", "--time", "1s", "--", *send_for(4))
     return a, head, late
 
 

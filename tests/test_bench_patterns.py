@@ -104,8 +104,8 @@ print("sum 0", flush=True)  # never the result: --result-file reads the file
 def test_a_result_written_to_a_file_is_read_from_the_runs_own_directory(tmp_path):
     writer = tmp_path / "writer.py"
     writer.write_text(WRITER)
-    r = run_bench(
-        "2x1", "local",
+    r = run_bench(  # on the whole node: no compute job beside the runs (the user's program test above has one)
+        "2x2", "local",
         "--command", f"wfile={sys.executable} {writer} file", "--check", r"wfile=sum (\d+)",
         "--result-file", "wfile=answer*.txt",
         "--command", f"wnone={sys.executable} {writer} none", "--check", r"wnone=sum (\d+)",
@@ -134,13 +134,13 @@ def test_ranks_in_a_command_is_each_cases_number_of_ranks(tmp_path):
     # a program built for one count of ranks (NPB's is.B.4) is named by it: one --command for every shape
     sized = tmp_path / "sized.py"
     sized.write_text(SIZED)
-    r = run_bench(
-        "2x1,4x1", "local",
+    r = run_bench(  # on the whole node, as above
+        "2x2,4x2", "local",
         "--command", f"sized={sys.executable} {sized} {{ranks}}", "--check", r"sized=ranks (\d+ of \d+)",
     )  # fmt: skip
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     rows = [line for line in r.stdout.splitlines() if line.startswith("sized ")]
-    assert {row.split()[1] for row in rows} == {"2x1", "4x1"}, r.stdout
+    assert {row.split()[1] for row in rows} == {"2x2", "4x2"}, r.stdout
     assert all(verified(row) for row in rows), r.stdout
 
 

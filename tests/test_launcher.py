@@ -13,7 +13,7 @@ import sys
 import time
 
 from tests.conftest import BIN, wait_for
-from tests.launcher_harness import Node, send_app, starts, vmapp_result
+from tests.launcher_harness import Node, send_app, send_for, starts, vmapp_result
 
 
 def partition_sizes(node: Node, job: int) -> list[int]:
@@ -79,7 +79,7 @@ def test_fjt_folds_long_jobs_and_shrinks_them_for_short_ones(node_factory):
 
 def test_easy_backfills_without_delaying_the_head(node_factory):
     node = node_factory("fcfs+easy:none/fifo")
-    a = node.submit("-n", "1", "--time", "8s", "--", *send_app(200))  # about 4 s on one CPU
+    a = node.submit("-n", "1", "--time", "8s", "--", *send_for(4))  # within its estimate on any node
     node.wait_state(a, ("running",))
     head = node.submit("-n", "2", "--time", "30s", "--", *send_app(10))  # needs both CPUs: waits for a
     small = node.submit("-n", "1", "--time", "2s", "--", *send_app(5))  # ends before a's estimate: backfills
@@ -97,11 +97,11 @@ def test_easy_backfills_without_delaying_the_head(node_factory):
 
 def test_expired_window_abort_requeues_and_the_job_finishes(node_factory):
     node = node_factory("fcfs+easy:abort/fifo")
-    a = node.submit("-n", "1", "--time", "6s", "--", *send_app(200))  # about 4 s
+    a = node.submit("-n", "1", "--time", "10s", "--", *send_for(4))  # within its estimate on any node
     node.wait_state(a, ("running",))
     head = node.submit("-n", "2", "--time", "30s", "--", *send_app(10))
     # Its estimate (1 s) is far too short: its window expires while the head still waits.
-    late = node.submit("-n", "1", "--time", "1s", "--", *send_app(120))
+    late = node.submit("-n", "1", "--time", "1s", "--", *send_for(3))
     acct = node.wait_all_done(timeout=240)
     kinds = [e["kind"] for e in node.job(late)["events"]]
     assert "abort" in kinds and "requeue" in kinds, kinds
@@ -113,7 +113,7 @@ def test_expired_window_abort_requeues_and_the_job_finishes(node_factory):
 
 def test_restart_loses_nothing_and_starts_nothing_twice(node_factory):
     node = node_factory("fcfs/fifo")
-    running = node.submit("-n", "2", "--time", "60s", "--", *send_app(500))  # 4-7 s: outlives the restart
+    running = node.submit("-n", "2", "--time", "60s", "--", *send_for(6))  # outlives the restart
     node.wait_state(running, ("running",))
     queued = [node.submit("-n", "2", "--time", "60s", "--", *send_app(5)) for _ in range(2)]
     node.launcher.send_signal(signal.SIGKILL)
@@ -141,7 +141,8 @@ def test_restart_loses_nothing_and_starts_nothing_twice(node_factory):
 
 def test_bad_input_is_refused_and_changes_nothing(node_factory):
     node = node_factory("fcfs/fifo")
-    keep = node.submit("-n", "2", "--time", "60s", "--", *send_app(3000))  # outlives the checks; cancelled
+    # One rank: the CLI runs below (16 Python start-ups) have the other CPU to themselves.
+    keep = node.submit("-n", "1", "--time", "60s", "--", *send_app(3000))  # outlives the checks; cancelled
     node.wait_state(keep, ("running",))  # started: its stored record changes no more while it runs
     before = node.stored_jobs()
     usage = [

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 
-from tests.launcher_harness import Node, expiring_backfill, send_app, starts, vmapp_result
+from tests.launcher_harness import Node, expiring_backfill, send_app, send_for, starts, vmapp_result
 from vmsched.protocol import Client
 
 
@@ -21,7 +21,7 @@ def all_verified(node: Node, acct: dict[int, dict], jobs) -> None:
 
 def test_moldable_starts_with_a_percentage_of_the_request(node_factory):
     node = node_factory("moldable/fifo")
-    a = node.submit("-n", "1", "--time", "30s", "--", *send_app(150))  # about 3 s: b is decided meanwhile
+    a = node.submit("-n", "1", "--time", "30s", "--", *send_for(3))  # b is decided meanwhile
     node.wait_state(a, ("running",))
     b = node.submit("--procs", "2,1", "--time", "30s", "--", *send_app(10))  # 2 do not fit: 80 % -> 1
     acct = node.wait_all_done()
@@ -32,8 +32,8 @@ def test_moldable_starts_with_a_percentage_of_the_request(node_factory):
 
 def test_asp_max_gives_at_most_60_percent_of_the_machine(node_factory):
     node = node_factory("asp-max/fifo")
-    a = node.submit("--procs", "2,1", "--time", "30s", "--", *send_app(100))  # about 2 s: b starts meanwhile
-    b = node.submit("--procs", "2,1", "--time", "30s", "--", *send_app(100))
+    a = node.submit("--procs", "2,1", "--time", "30s", "--", *send_for(3))  # b starts meanwhile
+    b = node.submit("--procs", "2,1", "--time", "30s", "--", *send_for(3))
     acct = node.wait_all_done()
     # MAX = 60 % of 2 CPUs: one CPU each, so both run side by side (work-conserving).
     assert acct[a]["nranks"] == 1 and acct[b]["nranks"] == 1
@@ -57,7 +57,7 @@ def test_psa_equipartitions_over_the_queue(node_factory):
 
 def test_folding_halves_the_latest_job_for_the_head(node_factory):
     node = node_factory("folding/fifo")
-    a = node.submit("-n", "2", "--time", "60s", "--", *send_app(300))  # about 3 s unfolded
+    a = node.submit("-n", "2", "--time", "60s", "--", *send_for(5))  # past b's start beside it
     node.wait_state(a, ("running",))
     b = node.submit("-n", "1", "--time", "30s", "--", *send_app(10))
     acct = node.wait_all_done(timeout=180)
@@ -71,7 +71,7 @@ def test_folding_halves_the_latest_job_for_the_head(node_factory):
 
 def test_conservative_backfill_keeps_every_reservation(node_factory):
     node = node_factory("fcfs+conservative:none/fifo")
-    a = node.submit("-n", "1", "--time", "8s", "--", *send_app(200))  # about 4 s: the others are decided meanwhile
+    a = node.submit("-n", "1", "--time", "8s", "--", *send_for(4))  # the others are decided meanwhile
     node.wait_state(a, ("running",))
     head = node.submit("-n", "2", "--time", "30s", "--", *send_app(10))
     second = node.submit("-n", "1", "--time", "30s", "--", *send_app(5))
