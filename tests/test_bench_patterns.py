@@ -41,8 +41,8 @@ def test_a_users_program_runs_every_way_and_its_result_is_checked(tmp_path):
     # One write per rank: print() wrote "pid", " " and the number apart, and the two ranks' pieces interleaved on
     # mpiexec's stdout ('pidpid  9803\n9804\n', CI 2026-12-04): the plain reference run then read BAD too
     pids = f"{sys.executable} -c 'from mpi4py import MPI; import os; os.write(1, f\"pid {{os.getpid()}}\\n\".encode())'"
-    r = run_bench(
-        "2x1", "local,again",
+    r = run_bench(  # on the whole node: no compute job beside the runs (test_work_runs_... below has one)
+        "2x2", "local,again",
         "--command", f"cring={exe} ring {{iters}} 0", "--check", r'cring="checksum": "(\w+)"',
         "--time", r'cring="elapsed_s": ([0-9.]+)', "--command-iters", "200",
         "--command", f"pids={pids}", "--check", r"pids=pid (\d+)",
@@ -51,7 +51,7 @@ def test_a_users_program_runs_every_way_and_its_result_is_checked(tmp_path):
     figures = json.loads(r.stdout.strip().splitlines()[-1])
     assert figures["cases"] == 2
     rows = {line.split()[0]: line for line in r.stdout.splitlines() if line.startswith(("cring ", "pids "))}
-    assert rows["cring"].split()[1] == "2x1" and " ok" in rows["cring"] and "BAD" not in rows["cring"], r.stdout
+    assert rows["cring"].split()[1] == "2x2" and " ok" in rows["cring"] and "BAD" not in rows["cring"], r.stdout
     # every way of the pids program differs from its reference run (default, again, local; not taskset itself)
     # Exactly those: a reference run that failed would make taskset BAD as well (this message then shows the
     # rows and, on the bench's stderr, why the run was not ok).
@@ -65,10 +65,10 @@ def test_a_users_program_runs_every_way_and_its_result_is_checked(tmp_path):
         r.stdout,
     )
     # the calibration scaled {iters} up from 200: the ring's own time for 200 laps is well under 1.5 x 0.05 s
-    per_way = [line for line in r.stdout.splitlines() if line.lstrip().startswith("cring 2x1 (iters")]
+    per_way = [line for line in r.stdout.splitlines() if line.lstrip().startswith("cring 2x2 (iters")]
     assert per_way and int(per_way[0].split("(iters ")[1].split(",")[0]) > 200, r.stdout
     # the start-up subtracted from the wall-clock command, measured for each of its ways (again's is default's)
-    assert set(figures["startup_s"]) == {"default 2x1", "taskset 2x1", "local 2x1"}, figures
+    assert set(figures["startup_s"]) == {"default 2x2", "taskset 2x2", "local 2x2"}, figures
 
 
 def test_a_result_of_mpichs_algorithms_is_checked_against_the_unfolded_run(tmp_path):
@@ -104,7 +104,7 @@ print("sum 0", flush=True)  # never the result: --result-file reads the file
 def test_a_result_written_to_a_file_is_read_from_the_runs_own_directory(tmp_path):
     writer = tmp_path / "writer.py"
     writer.write_text(WRITER)
-    r = run_bench(  # on the whole node: no compute job beside the runs (the user's program test above has one)
+    r = run_bench(  # on the whole node, as above
         "2x2", "local",
         "--command", f"wfile={sys.executable} {writer} file", "--check", r"wfile=sum (\d+)",
         "--result-file", "wfile=answer*.txt",
@@ -155,7 +155,7 @@ def test_work_runs_every_pattern_at_that_grain_and_names_its_rows_by_it(tmp_path
     assert own.argv(4) == [str(exe), "ring", "20000", "0"] and own.label == "ring"
     assert bench.Program("ep", None, 5000).argv(4)[-2:] == ["--class", "S"]  # an app has no work to set
     # from the command line to the program: its rows name the work, and every result is checked at that grain
-    r = run_bench("2x1", "local", "--programs", "ring", "--work", "3")
+    r = run_bench("2x1", "local", "--programs", "ring", "--work", "3")  # with the compute job on the other CPU
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     rows = [line for line in r.stdout.splitlines() if line.startswith("ring/w3 ")]
     assert rows and all(verified(row) for row in rows), r.stdout
