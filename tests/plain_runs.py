@@ -19,21 +19,26 @@ RUN_TIMEOUT = 60
 _results: dict[tuple[object, ...], dict[str, Any]] = {}
 
 
-def mpirun(n: int, argv: list[str], timeout: float = RUN_TIMEOUT) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(MPIEXEC), "-n", str(n), *argv], cwd=REPO, capture_output=True, text=True,
+def mpirun(
+    n: int, argv: list[str], timeout: float = RUN_TIMEOUT, cpus: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    """`cpus`: every rank on these CPUs (taskset), not wherever the kernel puts it."""
+    pin = ["taskset", "-c", cpus] if cpus else []
+    return subprocess.run([*pin, str(MPIEXEC), "-n", str(n), *argv], cwd=REPO, capture_output=True, text=True,
                           timeout=timeout)  # fmt: skip
 
 
-def run_app(app: str, n: int, cls: str = "S", **opts: object) -> dict[str, Any]:
-    """Run and check one app on `n` ranks; a run already made in this session is reused."""
-    key = (app, n, cls, *sorted(opts.items()))
+def run_app(app: str, n: int, cls: str = "S", cpus: str | None = None, **opts: object) -> dict[str, Any]:
+    """Run and check one app on `n` ranks (on `cpus`, where given); a run already made in this session is
+    reused."""
+    key = (app, n, cls, cpus, *sorted(opts.items()))
     if key not in _results:
-        _results[key] = _run_app(app, n, cls, **opts)
+        _results[key] = _run_app(app, n, cls, cpus, **opts)
     return _results[key]
 
 
-def _run_app(app: str, n: int, cls: str, **opts: object) -> dict[str, Any]:
-    proc = mpirun(n, registry.command(app, cls, **opts))
+def _run_app(app: str, n: int, cls: str, cpus: str | None, **opts: object) -> dict[str, Any]:
+    proc = mpirun(n, registry.command(app, cls, **opts), cpus=cpus)
     assert proc.returncode == 0, f"{app} n={n} rc={proc.returncode}\n{proc.stdout}\n{proc.stderr}"
     result = parse_result(proc.stdout)
     assert (result["app"], result["class"], result["ranks"]) == (app, cls, n)

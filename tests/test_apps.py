@@ -48,21 +48,12 @@ def test_odd_rank_counts_give_the_same_checksum() -> None:
 # --- the send family ------------------------------------------------------------------------------------
 
 
-def send_on_one_cpu(variant: str) -> dict[str, Any]:
-    """send, 2 ranks for 8 iterations, both on CPU 0: a rank's CPU time is then measured on the same CPU as
-    its partner's. On two (a VM's two vCPUs), the light rank once read as many CPU seconds as the heavy one
-    that computed 3 times as much (0.2347 and 0.2421, 2026-12-06): the host ran its vCPU 3 times slower."""
-    cmd = ["taskset", "-c", "0", str(MPIEXEC), "-n", "2", *registry.command("send", "S", variant=variant, iters=8)]
-    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    result = parse_result(proc.stdout)
-    assert result["verified"] is True and result["ranks"] == 2, result
-    return result
-
-
 def test_send_variants_make_the_chosen_ranks_compute_k_times_longer() -> None:
-    balanced = send_on_one_cpu("0x1")
-    skewed = send_on_one_cpu("50x3")
+    # Both ranks on CPU 0: a rank's CPU time is then measured on the same CPU as its partner's. On two (a VM's
+    # two vCPUs), the light rank once read as many CPU seconds as the heavy one that computed 3 times as much
+    # (0.2347 and 0.2421, 2026-12-06): the host ran its vCPU 3 times slower.
+    balanced = run_app("send", 2, cpus="0", variant="0x1", iters=8)
+    skewed = run_app("send", 2, cpus="0", variant="50x3", iters=8)
     assert balanced["info"]["heavy_ranks"] == [] and skewed["info"]["heavy_ranks"] == [1]
     light, heavy = skewed["info"]["compute_cpu_s"]
     assert heavy > 2.0 * light, skewed["info"]  # K = 3, measured as CPU time so folding cannot blur it
