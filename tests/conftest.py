@@ -120,9 +120,41 @@ def spawn() -> Iterator:
         p.wait(timeout=10)
 
 
-# Generated cases per fuzzed input kind (tests/test_fuzz.py), printed at the end of the run.
+# Test files that can run beside another test: they start no MPI job, and read no pace, CPU time, idle time
+# or placement. The rules, the simulator, the workload tools, the fuzzing (its daemons run no job). They are
+# marked `parallel`, and the README's test command runs them first on both CPUs (`-m parallel -n 2`,
+# pytest-xdist): one CPU each, they took 116 s there against 209 s one after the other (2026-12-06). The rest
+# then run alone (`-m "not parallel"`): their ranks take both CPUs, and what they read would be another
+# test's doing. (The installed wheel's tests, 43 s, gained little beside these: each worker built the wheel.)
+PARALLEL_FILES = frozenset({
+    "test_config.py", "test_daemon_loop.py", "test_fuzz.py", "test_hardware_vs_sim.py", "test_launcher_batch_units.py",
+    "test_lbd.py", "test_lint.py", "test_metrics.py", "test_partition.py", "test_policies.py",
+    "test_policies_backfill.py", "test_policies_config.py", "test_policies_reasons.py", "test_policies_sa.py",
+    "test_policies_shortcuts.py", "test_policies_simulate.py", "test_sim_runtime_model.py", "test_thesis_study.py",
+    "test_vmsim_cli.py", "test_vmsim_parity.py", "test_vmsim_textbook.py", "test_workloads_characterize.py",
+    "test_workloads_cli.py", "test_workloads_generate.py", "test_workloads_params.py", "test_workloads_plots.py",
+    "test_workloads_swf.py",
+})  # fmt: skip
+_renamed = PARALLEL_FILES - {f.name for f in Path(__file__).parent.glob("test_*.py")}
+assert not _renamed, f"PARALLEL_FILES names files that are not here: {sorted(_renamed)}"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.path.name in PARALLEL_FILES:
+            item.add_marker(pytest.mark.parallel)
+
+
+# Generated cases per fuzzed input kind (tests/test_fuzz.py), printed at the end of the run. Under pytest-xdist
+# each worker counts its own and hands them to the controller, which prints and checks the sum.
 FUZZ_CASES: dict[str, int] = {}
 FUZZ_FLOOR = 10_000  # the acceptance's floor, checked when every kind ran
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error) -> None:  # noqa: ANN001 - an xdist worker is done: add its counts
+    for kind, n in getattr(node, "workeroutput", {}).get("fuzz_cases", {}).items():
+        FUZZ_CASES[kind] = FUZZ_CASES.get(kind, 0) + n
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:  # noqa: ANN001
@@ -133,6 +165,9 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:  # no
 
 
 def pytest_sessionfinish(session, exitstatus) -> None:  # noqa: ANN001
+    if hasattr(session.config, "workeroutput"):  # an xdist worker: the controller checks the sum
+        session.config.workeroutput["fuzz_cases"] = dict(FUZZ_CASES)
+        return
     if len(FUZZ_CASES) == 6 and sum(FUZZ_CASES.values()) < FUZZ_FLOOR and exitstatus == 0:
         session.exitstatus = 1  # fewer cases than the floor: the fuzzing proved less than it claims
         print(f"\nfuzz: only {sum(FUZZ_CASES.values())} cases, fewer than {FUZZ_FLOOR}")
