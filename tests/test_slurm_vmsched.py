@@ -53,14 +53,8 @@ def sbatch(v: VmschedCluster, name: str, *args: str, body: str) -> int:
     return int(out.strip().split(";")[0])
 
 
-def srun_app(app: str, cls: str) -> str:
-    return f"srun --mpi=pmi2 {PY} -m vmsched.apps.{app} --class {cls}"
-
-
-def srun_send_for(seconds: float) -> str:
-    """A job that holds its CPUs for a while, whatever this node's speed: send for `seconds`. ep at class W
-    was that job once: 12 s on this node, 24 s in its slow spells, 40 s of the suite in two tests."""
-    return f"srun --mpi=pmi2 {PY} -m vmsched.apps.send --class S --seconds {seconds}"
+def srun_app(app: str, cls: str, *args: str) -> str:
+    return " ".join([f"srun --mpi=pmi2 {PY} -m vmsched.apps.{app} --class {cls}", *args])
 
 
 def mpiexec_app(app: str, cls: str, n: int = 4) -> str:
@@ -134,7 +128,9 @@ def test_two_sbatch_jobs_fold_on_one_node(vmcluster: VmschedCluster) -> None:
     """Two 4-rank jobs on n1 (one through srun --mpi=pmi2, one through mpiexec inside sbatch) both run
     folded on its CPUs: vmcpu --json shows both partitions at MPL 4, the first ran at MPL 2 alone."""
     v = vmcluster
-    first = sbatch(v, "first", "-w", "n1", "-n4", "--vm-max-mpl=4", body=srun_send_for(8))
+    # The long jobs here hold their CPUs for a set time, whatever this node's speed; ep at class W was that job
+    # once: 12 s on this node, 24 s in its slow spells, 40 s of the suite in two tests.
+    first = sbatch(v, "first", "-w", "n1", "-n4", "--vm-max-mpl=4", body=srun_app("send", "S", "--seconds", "8"))
     a = vm_job_id(first, 0)
     # Polled every 0.1 s, not wait_for's 5 ms: each poll is a status request the manager answers, on
     # the CPUs that the job's ranks are starting on.
@@ -200,7 +196,7 @@ def test_cancelled_job_leaves_nothing_and_its_cpu_goes_back(vmcluster: VmschedCl
     no rank, stopped process or segment on either node, and n1's job gets its CPU back within two
     quanta of the cancelled ranks' end; the first job finishes verified."""
     v = vmcluster
-    base = sbatch(v, "base", "-w", "n1", "-n4", body=srun_send_for(10))
+    base = sbatch(v, "base", "-w", "n1", "-n4", body=srun_app("send", "S", "--seconds", "10"))
     b = vm_job_id(base, 0)
     wait_for(lambda: registered(v, "n1", b, 4), timeout=120, interval=0.1, what="the base job's ranks on n1")
 
