@@ -120,12 +120,20 @@ def spawn() -> Iterator:
         p.wait(timeout=10)
 
 
-# Test files that can run beside another test: they start no MPI job, and read no pace, CPU time, idle time
-# or placement. The rules, the simulator, the workload tools, the fuzzing (its daemons run no job). They are
-# marked `parallel`, and the README's test command runs them first on both CPUs (`-m parallel -n 2`,
-# pytest-xdist): one CPU each, they took 116 s there against 209 s one after the other (2026-12-06). The rest
-# then run alone (`-m "not parallel"`): their ranks take both CPUs, and what they read would be another
-# test's doing. (The installed wheel's tests, 43 s, gained little beside these: each worker built the wheel.)
+# Test files that can run beside another test: they read no pace, CPU time, idle time or placement, and
+# no deadline of theirs is near what a shared CPU costs. The rules, the simulator, the workload tools, the
+# fuzzing (its daemons run no job); and three files whose jobs are checked for results and for what is
+# left behind, never for speed, and that mostly wait (pip building the wheel, a grace period, a manager's
+# death): the installed wheel, start failures, the runtime's robustness. They are marked `parallel`, and
+# the README's test command runs them first on both CPUs (`-m parallel -n 2 --dist loadgroup`,
+# pytest-xdist; test_install.py's tests in one group, on one worker, so the wheel is built once):
+# 172 s against 142 s for the first 27 files alone, with 105 s of the rest moved in (2026-12-06, slow
+# spells; `--dist loadfile` 188 s, the fuzzing's 97 s on one worker). The rest then run alone
+# (`-m "not parallel"`): what they read (a job's pace, its ranks' CPU seconds, an idle CPU, a start within
+# half a second, a watchdog ping within 0.1 s) would be the other test's doing. The supervisor's and the
+# security tests leave MPICH-named segments unmapped on purpose, which the other worker's
+# `no_leaked_mpi_segment` would count as its own leak; the correctness tests gained 26 s of 169 here (their
+# ranks already keep both CPUs busy: 334 s against 188 s), not worth a deadline missed.
 PARALLEL_FILES = frozenset({
     "test_config.py", "test_daemon_loop.py", "test_fuzz.py", "test_hardware_vs_sim.py", "test_launcher_batch_units.py",
     "test_lbd.py", "test_lint.py", "test_metrics.py", "test_partition.py", "test_policies.py",
@@ -134,6 +142,7 @@ PARALLEL_FILES = frozenset({
     "test_vmsim_cli.py", "test_vmsim_parity.py", "test_vmsim_textbook.py", "test_workloads_characterize.py",
     "test_workloads_cli.py", "test_workloads_generate.py", "test_workloads_params.py", "test_workloads_plots.py",
     "test_workloads_swf.py",
+    "test_install.py", "test_launcher_start.py", "test_runtime_robust.py",
 })  # fmt: skip
 _renamed = PARALLEL_FILES - {f.name for f in Path(__file__).parent.glob("test_*.py")}
 assert not _renamed, f"PARALLEL_FILES names files that are not here: {sorted(_renamed)}"
@@ -143,6 +152,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if item.path.name in PARALLEL_FILES:
             item.add_marker(pytest.mark.parallel)
+        if item.path.name == "test_install.py":  # one worker builds and installs the wheel (--dist loadgroup)
+            item.add_marker(pytest.mark.xdist_group("install"))
 
 
 # Generated cases per fuzzed input kind (tests/test_fuzz.py), printed at the end of the run. Under pytest-xdist
