@@ -51,6 +51,8 @@ def test_precedence_and_instances(tmp_path, monkeypatch):
         ("[cpumanager\n", "c.toml"),
         ("[cpumanager]\ndefault_queue = 'lifo'\n", "default_queue must be"),
         ("[cpumanager]\nlbd_placement_margin = -0.1\n", "lbd_placement_margin must be >= 0"),
+        ("[cpumanager]\nlbd_behind_share = 1\n", "lbd_behind_share must be >= 0 and < 1"),
+        ("[cpumanager]\nlbd_behind_share = -0.5\n", "lbd_behind_share must be >= 0 and < 1"),
     ],
 )
 def test_bad_config_values(tmp_path, text, needle):
@@ -67,3 +69,21 @@ def test_cpu_lists():
             parse_cpu_list(bad)
     with pytest.raises(ConfigError, match="does not exist"):
         load_config("/nonexistent/vmsched.toml")
+
+
+def test_every_lbd_option_reaches_the_detector():
+    """Each [cpumanager] lbd_* option, changed alone, changes the detector's parameters the daemon runs with."""
+    from dataclasses import replace
+
+    from vmsched.cpumanager.lbd import LbdParams
+    from vmsched.cpumanager.manager import lbd_params
+
+    default = CpuManagerConfig()
+    assert lbd_params(default) == LbdParams()  # the daemon's defaults are the detector's own
+    options = [f.name for f in fields(CpuManagerConfig) if f.name.startswith("lbd_")]
+    assert "lbd_behind_share" in options and len(options) >= 12
+    for name in options:
+        value = getattr(default, name)
+        changed = (not value) if isinstance(value, bool) else value + 1 if isinstance(value, int) else value / 2
+        assert lbd_params(replace(default, **{name: changed})) != lbd_params(default), f"{name} is not passed on"
+    assert lbd_params(replace(default, quantum_ms=5.0)).quantum_s == 0.005

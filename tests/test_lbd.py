@@ -261,28 +261,41 @@ def test_a_local_trial_behind_over_few_calls_goes_on_until_it_holds_enough() -> 
     assert states[-1].queue_local and states[ended].rate_local > SEND_S * (1 - P.trial_margin)
 
 
-@pytest.mark.parametrize(("speed", "factor", "goes_back"), [(4_000.0, 0.33, True), (210.0, 0.6, False)],
-                         ids=["short-phases", "send.S"])  # fmt: skip
+@pytest.mark.parametrize(("speed", "factor", "ends"),
+                         [(4_000.0, 0.33, "at-its-length"), (4_000.0, 0.6, "at-200-calls"),
+                          (210.0, 0.3, "at-50-calls"), (210.0, 0.6, "never")],
+                         ids=["short-phases-clearly-behind", "short-phases", "send.S-clearly-behind",
+                              "send.S"])  # fmt: skip
 def test_a_local_trial_slower_throughout_fails_once_it_holds_enough_calls(
-    speed: float, factor: float, goes_back: bool
+    speed: float, factor: float, ends: str
 ) -> None:
     """A job whose window closed on its count of calls (4,000 calls per CPU second: 200 per rank in
-    0.05 s of CPU) and that makes a third of them on local queues (a pipeline folded in round robin): a
-    trial as long as its window holds 67 calls per rank, so it goes on to 200 and fails the job. A
-    send.S 40 % slower there would need 3.2 s: at ip_quanta the window's decision stands."""
+    0.05 s of CPU) and that makes 0.6 of them on local queues: a trial as long as its window holds 120
+    calls per rank, so it goes on to 200 and fails the job. At a third of them (a pipeline folded in round
+    robin) it is clearly behind over the 67 calls per rank its window's length holds: failed there. A
+    send.S 40 % slower there would need 3.2 s: at ip_quanta the window's decision stands; 70 % slower, it
+    is clearly behind once it holds 50 calls per rank (1.6 s)."""
     states = drive(lambda q: [0.5] * 4, 600, LbdParams(remeasure_quanta=2000),
                    speed=lambda local: speed * (factor if local else 1.0))  # fmt: skip
     seq = decisions(states)
     first = seq[0][0]
     assert seq[0][1]
-    if goes_back:  # (then tried again from its re-check windows, and held after that second failure)
-        assert [local for _, local in seq] == [True, False, True, False] and states[-1].hold_global
-        assert seq[1][0] - first > 2 * max(P.trial_min_quanta, states[first].trial_len)
-        assert states[seq[1][0]].rate_local == pytest.approx(speed * factor, rel=0.02)
-    else:
+    per_quantum = speed * factor * 2 * Q / 4  # calls per rank per quantum on local queues
+    length = max(P.trial_min_quanta, states[first].trial_len)
+    if ends == "never":
         assert [local for _, local in seq] == [True] and states[-1].queue_local
         ended = next(q for q in range(first, 600) if states[q].trial_quanta == 0)
         assert ended - first == P.ip_quanta
+        return
+    # (then tried again from its re-check windows, and held after that second failure)
+    assert [local for _, local in seq] == [True, False, True, False] and states[-1].hold_global
+    assert states[seq[1][0]].rate_local == pytest.approx(speed * factor, rel=0.02)
+    took = seq[1][0] - first
+    if ends == "at-its-length":
+        assert length * per_quantum >= P.behind_calls and took == length
+    else:
+        calls = P.window_calls if ends == "at-200-calls" else P.behind_calls
+        assert took > length and (took - 1) * per_quantum < calls <= took * per_quantum + 1e-9
 
 
 def test_one_failed_local_trial_does_not_hold_a_balanced_job_off_local_queues() -> None:

@@ -79,6 +79,7 @@ class CpuManagerConfig:
     lbd_global_trial: bool = True  # a kept local trial is followed by one on the decided global queue
     lbd_placement_trial: bool = True  # ... and before it, by one in a block placement (rank r on CPU r * P / N)
     lbd_placement_margin: float = 0.05  # ... kept with this much more progress per second (over segments of each)
+    lbd_behind_share: float = 0.5  # a local trial under this share of its window's pace, 50 calls per rank in, fails
     lbd_queue_trial: bool = True  # on one CPU, local queues are tried against the global queue so too
     lbd_sparse_global: bool = True  # a job whose MPI calls are too sparse for a trial to read stays global
     default_queue: str = "lbd"  # lbd | local | global
@@ -263,6 +264,8 @@ def load_config(
         raise ConfigError("lbd_ip_quanta and lbd_remeasure_quanta must be >= 1, lbd_window_cpu_ms > 0")
     if cm.lbd_placement_margin < 0:
         raise ConfigError("lbd_placement_margin must be >= 0")
+    if not 0 <= cm.lbd_behind_share < 1:
+        raise ConfigError("lbd_behind_share must be >= 0 and < 1")
     if cfg.cpumanager.default_queue not in ("lbd", "local", "global"):
         raise ConfigError("default_queue must be lbd, local or global")
     if cfg.slurm.max_mpl < 1:

@@ -113,6 +113,19 @@ bound), and the window's decision stands if it never does: a trial as long as it
 hold them when local queues are slower, since a window that closed on its count of calls holds just over
 200 per rank, and fewer calls in as many quanta is what "slower" means.
 
+Clearly behind (ours, 2026-12-06): a trial that is far behind need not wait for 200 calls per rank. A
+send.50x6 whose periodic re-measure read it in its balanced phase (local by idleness) and whose trial ran
+in its imbalanced one made 173-226 calls per CPU second on local queues against 800-900 in the window: at
+that pace 200 calls per rank took 1.2-2.6 s of local queues, where the global queue would have run the job
+4x as fast. So once the trial has run as long as its window, local queues that made under `behind_share`
+(half) of the window's calls per CPU second, over `behind_calls` (50) calls per rank, have failed. A phase
+more or less (some 10 calls per rank in send.50x6) moves a pace read over 50 calls per rank by at most 20 %,
+so a job within `trial_margin` of its window reads no less than 0.64 of it there; and a balanced send.S's
+trials read 0.96-1.28 of their windows in 29 runs, 0.8 or less in 4 of 110 ("Two strikes" below). The job
+that re-measured so, 6 paired runs each way (`lbd_behind_share` 0.5 and 0, the trial's end after the
+re-measure): 0.41-0.47 s against 1.21-2.47 s (docs/vmruntime-journal.md, fifty-sixth session).
+`lbd_behind_share = 0` turns the rule off. A reverse trial is not concerned: it fails unless ahead.
+
 The CPU seconds of a trial and of its window are the job's: its ranks' CPU time and the time the CPUs
 of its partition stood idle (the manager reads /proc/stat's idle time at the instants it reads the
 ranks'). A CPU that no rank uses is progress the job forgoes, but its ranks' CPU time does not show it:
@@ -417,6 +430,8 @@ class LbdParams:
     hysteresis: float = 0.03
     confirm: int = 2
     trial_margin: float = 0.20
+    behind_share: float = 0.5  # a local trial under this share of its window's calls per CPU second ...
+    behind_calls: float = 50.0  # ... over this many calls per rank has failed already ("Clearly behind")
     wall_margin: float = 0.05  # a reverse trial also keeps local queues with this much more progress per second
     wall_floor: float = 0.90  # ... if they made at least this share of the global window's progress per CPU second
     reverse_band: float = 1.0  # a window deciding global with IP below threshold + this is tried on local queues
@@ -668,17 +683,21 @@ def _trial(state: LbdState, calls: float, times: Sequence[float] | None, since: 
         # The reading that would overturn the window's decision: local queues clearly ahead (a reverse
         # trial's job was found imbalanced) or clearly behind (a local trial's). Over too few calls it is
         # a phase more or less (send.50x6: some 10 per rank), and a slower job makes fewer calls in as
-        # many quanta as its window: go on until the trial holds enough; if it never does, the window's
-        # decision stands.
+        # many quanta as its window: go on until the trial holds enough, or is clearly behind (below); if
+        # neither ever comes, the window's decision stands.
         margin = params.trial_margin if state.reverse else -params.trial_margin
         target = None if state.rate_global is None else state.rate_global * (1 + margin)
         overturns = target is not None and (rate >= target if state.reverse else rate < target)
-        if overturns and not enough and state.trial_quanta < params.ip_quanta:
+        # Clearly behind: no phase more or less makes under half the pace of a job within trial_margin of its
+        # window (module docstring: "Clearly behind"). (A reverse trial's overturning reading is one ahead.)
+        behind = (overturns and rate < state.rate_global * params.behind_share
+                  and per_rank >= params.behind_calls)  # fmt: skip
+        if overturns and not enough and not behind and state.trial_quanta < params.ip_quanta:
             return replace(state, trial_quanta=state.trial_quanta + 1, since_decision=since)
         if state.reverse:  # local queues must earn the move: clearly more progress per CPU second, or per second
             slower = not (overturns and enough) and not _faster_per_second(state, rate, wall, enough, params)
         else:
-            slower = overturns and enough
+            slower = overturns and (enough or behind)
     if slower:
         # A reverse trial's job goes on re-checking on the global queue, as its window decided, and so does
         # one whose local decision failed its first trial (one misread trial would keep a balanced job off

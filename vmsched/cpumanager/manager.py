@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from vmsched import faults
-from vmsched.config import Config
+from vmsched.config import Config, CpuManagerConfig
 from vmsched.cpumanager import processes as proc
 from vmsched.cpumanager import shm_layout as L
 from vmsched.cpumanager.cpugroups import CpuGroups
@@ -84,21 +84,24 @@ def _wkey(key: RankKey) -> tuple[str, int, int]:
     return ("rank", *key)
 
 
+def lbd_params(cm: CpuManagerConfig) -> LbdParams:
+    """The detector's parameters from the [cpumanager] options (every lbd_* one, and the quantum)."""
+    return LbdParams(threshold=cm.lbd_threshold, stable_change=cm.lbd_stable_change,
+                     stable_quanta=cm.lbd_stable_quanta, ip_quanta=cm.lbd_ip_quanta,
+                     window_cpu_s=cm.lbd_window_cpu_ms / 1000, remeasure_quanta=cm.lbd_remeasure_quanta,
+                     global_trial=cm.lbd_global_trial, block_trial=cm.lbd_placement_trial,
+                     block_margin=cm.lbd_placement_margin, behind_share=cm.lbd_behind_share,
+                     queue_trial=cm.lbd_queue_trial, sparse_global=cm.lbd_sparse_global,
+                     quantum_s=cm.quantum_ms / 1000)  # fmt: skip
+
+
 class CpuManager:
     def __init__(self, cfg: Config, table: SharedTable, recovered: bool, faults: Faults | None = None) -> None:
         self.cfg = cfg
         self.faults = faults or Faults()
         self.table = table
         self.cpus = table.managed_cpus()
-        cm = cfg.cpumanager
-        self.lbd_params = LbdParams(threshold=cm.lbd_threshold, stable_change=cm.lbd_stable_change,
-                                    stable_quanta=cm.lbd_stable_quanta, ip_quanta=cm.lbd_ip_quanta,
-                                    window_cpu_s=cm.lbd_window_cpu_ms / 1000,
-                                    remeasure_quanta=cm.lbd_remeasure_quanta,
-                                    global_trial=cm.lbd_global_trial, block_trial=cm.lbd_placement_trial,
-                                    block_margin=cm.lbd_placement_margin,
-                                    queue_trial=cm.lbd_queue_trial, sparse_global=cm.lbd_sparse_global,
-                                    quantum_s=cm.quantum_ms / 1000)  # fmt: skip
+        self.lbd_params = lbd_params(cfg.cpumanager)
         self.lbd: dict[int, LbdState] = {}
         # job id -> (its CPUs, their idle seconds and the time, when last read; the idle seconds of its CPUs so far)
         self.idle_seen: dict[int, tuple[tuple[int, ...], tuple[float, ...], float, float]] = {}
