@@ -126,7 +126,8 @@ def spawn() -> Iterator:
 # left behind, never for speed, and that mostly wait (pip building the wheel, a grace period, a manager's
 # death): the installed wheel, start failures, the runtime's robustness. They are marked `parallel`, and
 # the README's test command runs them first on both CPUs (`-m parallel -n 2 --dist loadgroup`,
-# pytest-xdist; test_install.py's tests in one group, on one worker, so the wheel is built once):
+# pytest-xdist; no group is marked, so it spreads tests as `load` does, and each worker that runs one of
+# test_install.py's tests builds the wheel: an xdist_group mark, tried, did not keep them on one worker):
 # 172 s against 142 s for the first 27 files alone, with 105 s of the rest moved in (2026-12-06, slow
 # spells; `--dist loadfile` 188 s, the fuzzing's 97 s on one worker). The rest then run alone
 # (`-m "not parallel"`): what they read (a job's pace, its ranks' CPU seconds, an idle CPU, a start within
@@ -152,8 +153,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if item.path.name in PARALLEL_FILES:
             item.add_marker(pytest.mark.parallel)
-        if item.path.name == "test_install.py":  # one worker builds and installs the wheel (--dist loadgroup)
-            item.add_marker(pytest.mark.xdist_group("install"))
 
 
 # Generated cases per fuzzed input kind (tests/test_fuzz.py), printed at the end of the run. Under pytest-xdist

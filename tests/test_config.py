@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import fields
+from dataclasses import fields, replace
 from pathlib import Path
 
 import pytest
@@ -17,6 +17,8 @@ from vmsched.config import (
     load_config,
     parse_cpu_list,
 )
+from vmsched.cpumanager.lbd import LbdParams
+from vmsched.cpumanager.manager import lbd_params
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -73,11 +75,6 @@ def test_cpu_lists():
 
 def test_every_lbd_option_reaches_the_detector():
     """Each [cpumanager] lbd_* option, changed alone, changes the detector's parameters the daemon runs with."""
-    from dataclasses import replace
-
-    from vmsched.cpumanager.lbd import LbdParams
-    from vmsched.cpumanager.manager import lbd_params
-
     default = CpuManagerConfig()
     assert lbd_params(default) == LbdParams()  # the daemon's defaults are the detector's own
     options = [f.name for f in fields(CpuManagerConfig) if f.name.startswith("lbd_")]
