@@ -125,9 +125,9 @@ def spawn() -> Iterator:
 # fuzzing (its daemons run no job); and three files whose jobs are checked for results and for what is
 # left behind, never for speed, and that mostly wait (pip building the wheel, a grace period, a manager's
 # death): the installed wheel, start failures, the runtime's robustness. They are marked `parallel`, and
-# the README's test command runs them first on both CPUs (`-m parallel -n 2 --dist loadgroup`,
-# pytest-xdist; no group is marked, so it spreads tests as `load` does, and each worker that runs one of
-# test_install.py's tests builds the wheel: an xdist_group mark, tried, did not keep them on one worker):
+# the README's test command runs them first on both CPUs (`-m parallel -n 2 --dist load`, pytest-xdist;
+# each worker that runs one of test_install.py's tests builds the wheel: `--dist loadgroup` would keep them
+# on one worker, but with pytest 9.2 its xdist_group mark has no effect, pytest-xdist issue #1386):
 # 172 s against 142 s for the first 27 files alone, with 105 s of the rest moved in (2026-12-06, slow
 # spells; `--dist loadfile` 188 s, the fuzzing's 97 s on one worker). The rest then run alone
 # (`-m "not parallel"`): what they read (a job's pace, its ranks' CPU seconds, an idle CPU, a start within
