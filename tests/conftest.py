@@ -9,7 +9,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
 
@@ -54,15 +54,17 @@ def _shared_data() -> Path:
 SHARED_DATA = _shared_data()
 
 
-def wait_for(predicate, timeout: float = 10.0, interval: float = 0.005, what: str = "condition"):
-    """Poll `predicate` until it returns a truthy value; fail the test with `what` on timeout."""
+def wait_for(predicate, timeout: float = 10.0, interval: float = 0.005, what: str = "condition",
+             report: Callable[[], str] | None = None):  # fmt: skip
+    """Poll `predicate` until it returns a truthy value; fail the test with `what` on timeout, and with what
+    `report` says then (where the state it waited on stood)."""
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()
         if value:
             return value
         if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout}s waiting for {what}")
+            pytest.fail(f"timed out after {timeout}s waiting for {what}" + (f"\n{report()}" if report else ""))
         time.sleep(interval)
 
 

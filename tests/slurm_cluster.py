@@ -77,8 +77,12 @@ SwitchType=switch/none
 MpiDefault=none
 SchedulerType=sched/backfill
 # Batch jobs scheduled at submission, not up to 3 s later (the default): a second sbatch on a busy node
-# pended 2.6 s, as long as the 4-rank ep.W it was to fold beside then ran (test_two_sbatch_jobs_...).
-SchedulerParameters=batch_sched_delay=0
+# pended 2.6 s, as long as the 4-rank ep.W it was to fold beside then ran (test_two_sbatch_jobs_...). And
+# the main scheduling loop every second, not every 60 s: the attempt at submission is "quick and simple"
+# (Slurm's scheduling guide), and a job it leaves pending otherwise waits for the next event, the end of
+# the job it was to fold beside. In the CI of 2d8efb0 two tests saw a second job's ranks only once the
+# first job (8 and 10 s) had ended; that run kept no squeue reason or log (the tests report them now).
+SchedulerParameters=batch_sched_delay=0,sched_interval=1
 SelectType=select/cons_tres
 SelectTypeParameters=CR_CPU
 ReturnToService=2

@@ -63,19 +63,24 @@ def mpiexec_app(app: str, cls: str, n: int = 4) -> str:
 
 def finished(v: VmschedCluster, *jobs: int, timeout: float = 150) -> None:
     ids = ",".join(map(str, jobs))
-    try:
-        wait_for(lambda: not v.cluster.run("squeue", "-h", "-j", ids, check=False).stdout.strip(), timeout=timeout,
-                 interval=0.2, what=f"Slurm jobs {ids} to end")  # fmt: skip
-    except pytest.fail.Exception:
-        # Seen twice on 2026-11-28 (the second time: one rank running without a token, starved, its
-        # queue-mates waiting for it; see the runtime README): say where the jobs and their ranks stood.
-        queue = v.cluster.run("squeue", "-h", "-j", ids, check=False).stdout
-        nodes = {n: v.cluster.run(str(BIN / "vmcpu"), "--json", "--state-dir", str(m.state_dir), check=False).stdout
-                 for n, m in v.managers.items()}  # fmt: skip
-        outs = {p.name: p.read_text(errors="replace")[-1500:] for p in sorted(v.cluster.root.glob("*.out"))}
-        ranks = "\n".join(rank_threads(nodes))
-        pytest.fail(f"Slurm jobs {ids} did not end in {timeout} s\nsqueue: {queue}\nvmcpu: {nodes}\noutputs: {outs}\n"
-                    f"rank threads:\n{ranks}")  # fmt: skip
+    # Seen twice on 2026-11-28 (the second time: one rank running without a token, starved, its queue-mates
+    # waiting for it; see the runtime README): a job that does not end says where the jobs and ranks stood.
+    wait_for(lambda: not v.cluster.run("squeue", "-h", "-j", ids, check=False).stdout.strip(), timeout=timeout,
+             interval=0.2, what=f"Slurm jobs {ids} to end", report=lambda: where(v, ranks=True))  # fmt: skip
+
+
+def where(v: VmschedCluster, ranks: bool = False) -> str:
+    """Where the cluster's jobs stood: squeue (state and reason: a job that Slurm left pending says why),
+    each node's `vmcpu --json`, the tails of the jobs' outputs and of slurmctld's log, and (`ranks`) every
+    rank thread's state."""
+    queue = v.cluster.run("squeue", "-h", "-o", "%i %j %T %r %N", check=False).stdout
+    nodes = {n: v.cluster.run(str(BIN / "vmcpu"), "--json", "--state-dir", str(m.state_dir), check=False).stdout
+             for n, m in v.managers.items()}  # fmt: skip
+    outs = {p.name: p.read_text(errors="replace")[-1500:] for p in sorted(v.cluster.root.glob("*.out"))}
+    log = v.cluster.root / "log" / "slurmctld.log"
+    ctld = "\n".join(log.read_text(errors="replace").splitlines()[-40:]) if log.exists() else "(none)"
+    threads = "\n".join(rank_threads(nodes)) if ranks else "(not read)"
+    return f"squeue: {queue}\nvmcpu: {nodes}\noutputs: {outs}\nslurmctld.log:\n{ctld}\nrank threads:\n{threads}"
 
 
 def rank_threads(nodes: dict[str, str]) -> list[str]:
@@ -140,7 +145,7 @@ def test_two_sbatch_jobs_fold_on_one_node(vmcluster: VmschedCluster) -> None:
     second = sbatch(v, "second", "-w", "n1", "-n4", body=mpiexec_app("ep", "S"))  # the node's max_mpl: 4
     b = vm_job_id(second, 0)
     wait_for(lambda: registered(v, "n1", b, 4) and registered(v, "n1", a, 4), timeout=120, interval=0.1,
-             what="the second job's 4 ranks on n1 while the first runs")  # fmt: skip
+             what="the second job's 4 ranks on n1 while the first runs", report=lambda: where(v))  # fmt: skip
     shown = json.loads(subprocess.run([str(BIN / "vmcpu"), "--json", "--state-dir", str(v.managers["n1"].state_dir)],
                                       capture_output=True, text=True, check=True).stdout)  # fmt: skip
     both = {j["job"]: j for j in shown["jobs"]}
@@ -202,9 +207,12 @@ def test_cancelled_job_leaves_nothing_and_its_cpu_goes_back(vmcluster: VmschedCl
 
     cancelled = sbatch(v, "cancelled", "-N2", "-n4", body=srun_app("cg", "W"))
     c = vm_job_id(cancelled, 0)
-    seen = {n: wait_for(lambda n=n: registered(v, n, c, 2), timeout=120, what=f"the job's ranks on {n}")
+    seen = {n: wait_for(lambda n=n: registered(v, n, c, 2), timeout=120, what=f"the job's ranks on {n}",
+                        report=lambda: where(v))
             for n in ("n1", "n2")}  # fmt: skip
-    assert jobs_on(v, "n1")[b]["cpus"] != [0, 1]  # n1 is shared: the base job holds one CPU
+    base_now = jobs_on(v, "n1").get(b)
+    assert base_now is not None, f"the base job ended before the cancelled one's ranks were seen\n{where(v)}"
+    assert base_now["cpus"] != [0, 1]  # n1 is shared: the base job holds one CPU
     pids = [r["pid"] for s in seen.values() for r in s["ranks"]]
     segments = {n: job_segments(v, n, c) for n in ("n1", "n2")}
     assert all(len(s) == 1 for s in segments.values()), segments
