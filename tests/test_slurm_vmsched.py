@@ -145,12 +145,12 @@ def test_two_sbatch_jobs_fold_on_one_node(vmcluster: VmschedCluster) -> None:
     second = sbatch(v, "second", "-w", "n1", "-n4", body=mpiexec_app("ep", "S"))  # the node's max_mpl: 4
     b = vm_job_id(second, 0)
 
-    def both() -> bool:
+    def together() -> bool:
         # Once the first job has left n1 the two can no longer be seen together: fail now, not at the timeout.
         assert registered(v, "n1", a, 4), f"the first job left n1 before the second's ranks were seen\n{where(v)}"
         return registered(v, "n1", b, 4) is not None
 
-    wait_for(both, timeout=120, interval=0.1, what="the second job's 4 ranks on n1 while the first runs",
+    wait_for(together, timeout=120, interval=0.1, what="the second job's 4 ranks on n1 while the first runs",
              report=lambda: where(v))  # fmt: skip
     shown = json.loads(subprocess.run([str(BIN / "vmcpu"), "--json", "--state-dir", str(v.managers["n1"].state_dir)],
                                       capture_output=True, text=True, check=True).stdout)  # fmt: skip
