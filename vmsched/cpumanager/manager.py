@@ -590,10 +590,11 @@ class CpuManager:
                   calls_per_cpu_s_local=round(new.rate_local, 1), calls_per_s_global=round(new.wall_global or 0),
                   calls_per_s_local=round(new.wall_local or 0))  # fmt: skip
         elif new.wall_decided != state.wall_decided:  # a global trial that local queues won
+            # `quanta`: how long it ran, short of its length only where it fell clearly behind (lbd.py)
             event(log, "lbd_trial", job=j.job_id, queue="global", kept=False,
                   calls_per_cpu_s_local=round(new.rate_local or 0, 1),
                   calls_per_cpu_s_decided=round(new.rate_decided or 0, 1), calls_per_s_local=round(new.wall_local or 0),
-                  calls_per_s_decided=round(new.wall_decided or 0))  # fmt: skip
+                  calls_per_s_decided=round(new.wall_decided or 0), quanta=state.global_quanta)  # fmt: skip
         elif new.phase == L.LBD_STABLE and state.phase == L.LBD_DECIDED:
             # A fall: the rates its watch read, against its local trial's (module lbd: "Watching a local job").
             read = watched_rates(state, calls, now, job_cpu_now(user, idle)) if new.fell else None  # type: ignore[arg-type]

@@ -127,6 +127,7 @@ static int borrow_ms = VM_BORROW_MS; /* 0: a waiting rank never runs beside a ho
 static int stale_us = VM_STALE_US;   /* 0: stale waiters get the token as any other (is_stale) */
 static int stale_keep_us = VM_STALE_KEEP_US;
 static int borrow_nice = VM_BORROW_NICE;
+static int own_session = 1;      /* a folded rank leaves a session it shares with its launcher (leave_session) */
 static int base_nice;    /* this rank's nice value before it borrowed */
 static int can_unnice;   /* it may raise its priority back (root, or RLIMIT_NICE allows base_nice) */
 static int niced;        /* it runs at borrow_nice now */
@@ -165,6 +166,7 @@ static void read_tuning(void) {
     stale_us = env_int("VMRT_STALE_US", VM_STALE_US);
     stale_keep_us = env_int("VMRT_STALE_KEEP_US", VM_STALE_KEEP_US);
     borrow_nice = env_int("VMRT_BORROW_NICE", VM_BORROW_NICE);
+    own_session = env_int("VMRT_OWN_SESSION", 1);
     errno = 0;
     base_nice = getpriority(PRIO_PROCESS, 0);
     struct rlimit rl;
@@ -216,6 +218,22 @@ static void set_batch(int on) {
     if (on == batch) return;
     struct sched_param sp = {0};
     if (sched_setscheduler(0, on ? SCHED_BATCH : SCHED_OTHER, &sp) == 0) batch = on;
+}
+
+/* A folded rank is a session of its own, as hydra's mpiexec starts every rank. With the kernel's autogroups
+ * (/proc/sys/kernel/sched_autogroup_enabled) each session in the root CPU cgroup is scheduled as one group,
+ * and the ranks of a job in one group - the tasks of a Slurm step share slurmstepd's session, the ranks of
+ * mpiexec.gforker their caller's - starve the other groups on their CPUs while they hand each CPU on
+ * thousands of times a second: beside a 4-rank step folded on 2 CPUs of a 2-CPU VM (kernel 6.18) a
+ * process pinned to one of them waited 9.7 s, the rest of the job, for the CPU, and the next step's
+ * slurmstepd as long (hwloc binds to each CPU in turn); with every rank its own session, at most some
+ * milliseconds (docs/vmruntime-journal.md, fifty-ninth session). The job's CPU groups put the ranks in one
+ * group as well, which is why they are off by default (cpumanager/cpugroups.py). A rank that leads its
+ * process group (Slurm's first task) cannot leave it (EPERM): it stays, alone among the ranks, with its
+ * launcher. VMRT_OWN_SESSION=0 leaves every rank where it was started (for experiments). */
+static void leave_session(void) {
+    if (!own_session || getsid(0) == getpid()) return;
+    if (setsid() < 0) DBG("stays in session %d: %s", (int)getsid(0), strerror(errno));
 }
 
 static int pid_dead(pid_t pid) { return pid > 0 && kill(pid, 0) == -1 && errno == ESRCH; }
@@ -1863,6 +1881,7 @@ void vm_init(void) {
         slot_cache = malloc(sizeof(int) * (size_t)world_size);
         for (int w = 0; slot_cache && w < world_size; w++) slot_cache[w] = -1;
     }
+    leave_session();
     sched_getaffinity(0, sizeof initial_mask, &initial_mask); /* before the manager can pin us */
     /* Our slot is ours alone (slot = rank, or claimed per node): no lock. The state goes last: the
      * manager reads a slot as registered only once its state says so. The pid is written whole at
