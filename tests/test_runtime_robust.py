@@ -16,7 +16,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import REPO, wait_for
 from vmsched.protocol import ProtocolError
 from vmsched.vmruntime.shmclean import shm_segments
 from vmsched.vmruntime.testing import (
@@ -201,6 +201,16 @@ time.sleep(120)
 """
 
 
+def ignores_sigint(pid: int) -> bool:
+    """Whether the process ignores SIGINT now (bit SIGINT - 1 of /proc/PID/status's SigIgn)."""
+    try:
+        text = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    mask = next(int(x.split()[1], 16) for x in text.splitlines() if x.startswith("SigIgn:"))
+    return bool(mask >> (signal.SIGINT - 1) & 1)
+
+
 def test_job_that_ignores_the_signal_is_killed_after_the_grace_period(manager: Manager, tmp_path: Path) -> None:
     grace = manager.cfg.jobs.kill_grace_s
 
@@ -208,10 +218,11 @@ def test_job_that_ignores_the_signal_is_killed_after_the_grace_period(manager: M
     prog.write_text(IGNORES_SIGINT)
     proc = subprocess.Popen(vmrun_cmd(manager.state_dir, 4, 2, [sys.executable, str(prog)]), env=manager.env(),
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
-    deadline = time.monotonic() + 30
-    while len(rank_pids(proc.pid)) < 4 and time.monotonic() < deadline:
-        time.sleep(0.05)
-    time.sleep(0.5)
+    # Until every rank ignores SIGINT (its SigIgn mask), not a set time after they start: CI's first part
+    # (two workers) sent it 0.5 s after the 4 ranks appeared, before they had imported mpi4py, and they ended
+    # at once (0.72 s, 2026-12-06).
+    wait_for(lambda: len(pids := rank_pids(proc.pid)) == 4 and all(ignores_sigint(p) for p in pids), timeout=30,
+             interval=0.05, what="the 4 ranks to ignore SIGINT")  # fmt: skip
     kids = descendants(proc.pid)
     t0 = time.monotonic()
     proc.send_signal(signal.SIGINT)
