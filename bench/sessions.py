@@ -43,26 +43,20 @@ from cpu_groups import StartProbe  # noqa: E402
 from patterns import PATTERNS, Program, Run, run, scaled  # noqa: E402
 
 from vmsched.apps import registry  # noqa: E402
-from vmsched.protocol import ProtocolError  # noqa: E402
-from vmsched.vmruntime.build import library_path  # noqa: E402
 from vmsched.vmruntime.testing import (  # noqa: E402
     Manager,
     compile_c_program,
     cpu_list,
     mpiexec,
+    one_session_job,
     round_order,
     unwind_on_sigterm,
     vmrun_cmd,
 )
-from vmsched.vmruntime.vmrun import job_environment  # noqa: E402
 
 WAYS = ("shared", "own", "hydra", "taskset")
 DEFAULT_PROGRAMS = ("send", "ring", "alltoall", "random-pairs", "halo2d", "master-worker")
 JOB_IDS = itertools.count(7001)
-
-
-def gforker() -> str:
-    return str(Path(mpiexec()).parent / "mpiexec.gforker")
 
 
 def program(name: str, exe: Path) -> Program:
@@ -90,22 +84,11 @@ def one(m: Manager, prog: Program, way: str, nranks: int, cpus: tuple[int, ...])
 
 
 def folded_by_gforker(m: Manager, prog: Program, nranks: int, ncpus: int, own: bool) -> Run:
-    """The job admitted here (this process its leader) and started by `mpiexec.gforker` in a session of its
-    own, which its ranks share unless the runtime moves each into its own."""
-    job = next(JOB_IDS)
-    with m.client() as c:
-        c.admit(job, nranks, -(-nranks // ncpus), leader_pid=os.getpid())
-    env = {**job_environment(m.cfg, job, base=m.env()), "LD_PRELOAD": str(library_path()),
-           "VMRT_OWN_SESSION": "1" if own else "0"}  # fmt: skip
-    try:
-        # patterns.run has no session option; the setsid command puts gforker (and its ranks) in a new one
-        return run(["setsid", "--wait", gforker(), "-n", str(nranks), *prog.argv(nranks)], prog, env)
-    finally:
-        with m.client() as c:
-            try:
-                c.release(job)
-            except ProtocolError:
-                pass  # released already: its ranks had all ended
+    """The job started by `mpiexec.gforker` in a session of its own, which its ranks share unless the runtime
+    moves each into its own (testing.one_session_job)."""
+    mpl = -(-nranks // ncpus)
+    with one_session_job(m, next(JOB_IDS), nranks, mpl, prog.argv(nranks), own_session=own) as (cmd, env):
+        return run(cmd, prog, env)
 
 
 def main() -> int:

@@ -13,19 +13,17 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import wait_for
-from vmsched.protocol import ProtocolError
-from vmsched.vmruntime.build import library_path
 from vmsched.vmruntime.testing import (
     Manager,
     StateSampler,
     mpiexec,
+    one_session_job,
     rank_pids,
     sample,
     selftest_cmd,
     started_job,
     vmrun_cmd,
 )
-from vmsched.vmruntime.vmrun import job_environment
 
 QUANTUM_MS = 10.0
 SIBLING = 91
@@ -195,26 +193,15 @@ def test_ranks_started_in_one_session_each_leave_it(manager: Manager, patterns: 
     one group of the kernel's autogroups, and they starved other processes on their CPUs for seconds
     (bench/sessions.py). VMRT_OWN_SESSION=0 leaves them there. The ring verifies either way."""
     job = 95
-    with manager.client() as c:
-        c.admit(job, 4, 2, leader_pid=os.getpid())
-    env = {**job_environment(manager.cfg, job, base=manager.env()), "LD_PRELOAD": str(library_path())}
-    env.pop("VMRT_OWN_SESSION", None)  # the default
-    if not own:
-        env["VMRT_OWN_SESSION"] = "0"
-    gforker = str(Path(mpiexec()).parent / "mpiexec.gforker")
-    cmd = ["setsid", "--wait", gforker, "-n", "4", str(patterns), "ring", "100000", "0"]  # some 0.7 s here
-    try:
-        with started_job(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) as proc:
-            seen = wait_for(lambda: [j for j in manager.status()["jobs"] if j["job"] == job and j["registered"] == 4],
-                            timeout=30, interval=0.01, what="the job's 4 ranks")  # fmt: skip
-            sessions = {r["pid"]: os.getsid(r["pid"]) for r in seen[0]["ranks"]}
-            out, err = proc.communicate(timeout=120)
-    finally:
-        with manager.client() as c:
-            try:
-                c.release(job)
-            except ProtocolError:
-                pass  # released already
+    ring = [str(patterns), "ring", "100000", "0"]  # some 0.7 s here
+    with (
+        one_session_job(manager, job, 4, 2, ring, own_session=own) as (cmd, env),
+        started_job(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) as proc,
+    ):
+        seen = wait_for(lambda: [j for j in manager.status()["jobs"] if j["job"] == job and j["registered"] == 4],
+                        timeout=30, interval=0.01, what="the job's 4 ranks")  # fmt: skip
+        sessions = {r["pid"]: os.getsid(r["pid"]) for r in seen[0]["ranks"]}
+        out, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err
     assert json.loads(out.strip().splitlines()[-1])["ok"], out
     if own:

@@ -400,6 +400,34 @@ def mpiexec() -> str:
     return path
 
 
+@contextlib.contextmanager
+def one_session_job(m: Manager, job: int, nranks: int, max_mpl: int, command: list[str],
+                    own_session: bool = True) -> Iterator[tuple[list[str], dict[str, str]]]:  # fmt: skip
+    """A folded job whose ranks `mpiexec.gforker` starts in one session, a new one, as slurmstepd starts a
+    step's tasks in its own: admitted for the block (this process its leader) and released after it, unless
+    its ranks' end released it already. Yields the command and its environment; `own_session` False keeps
+    every rank in that session (VMRT_OWN_SESSION=0, libvmrt.c's leave_session)."""
+    from vmsched.protocol import ProtocolError
+    from vmsched.vmruntime.build import library_path
+    from vmsched.vmruntime.vmrun import job_environment
+
+    with m.client() as c:
+        c.admit(job, nranks, max_mpl, leader_pid=os.getpid())
+    env = {**job_environment(m.cfg, job, base=m.env()), "LD_PRELOAD": str(library_path())}
+    env.pop("VMRT_OWN_SESSION", None)  # the runtime's default
+    if not own_session:
+        env["VMRT_OWN_SESSION"] = "0"
+    gforker = str(Path(mpiexec()).parent / "mpiexec.gforker")
+    try:
+        yield ["setsid", "--wait", gforker, "-n", str(nranks), *command], env
+    finally:
+        with m.client() as c:
+            try:
+                c.release(job)
+            except ProtocolError:
+                pass  # released already: its ranks had all ended
+
+
 def compile_c_program(source: Path, out_dir: Path) -> Path:
     """Build an MPI C program with the environment's mpicc."""
     from vmsched.vmruntime.build import mpicc
