@@ -127,7 +127,7 @@ def test_the_detector_tries_a_block_placement_and_the_table_follows(tmp_path: Pa
 
 
 @pytest.mark.parametrize(("program", "rounds", "work", "first", "then"), [
-    ("halves", "20000", "1", "block", "cyclic"),
+    ("halves", "40000", "1", "block", "cyclic"),  # its first phase outlasts a placement trial (0.7 s, settling)
     ("ring-odd", "100000", "0", "cyclic", "block"),
 ])  # fmt: skip
 def test_a_cpu_whose_ranks_only_wait_moves_the_placement(patterns: Path, program: str, rounds: str, work: str,

@@ -167,22 +167,23 @@ global / local 0.64-1.12 in its 24 global trials, and 4 of 30 runs kept the deci
 queue; with 15 % the default ran it 1.025x and halo-persist 4x2 1.02x as long as with 5 % (medians of 14
 paired rounds).
 
-Placement trial (ours, 2026-12-04): local queues give rank r of N the CPU r mod P (thesis fig. 3.9), so
-on 2 CPUs both neighbours of every rank of a 1-D stencil are on the other CPU. A block placement (rank r on
-CPU r * P / N: ranks next in order share a CPU) ran halo-persist 4x2 in 0.77-0.90 of the time of r mod P,
-but rings up to 1.3x as long (bench/patterns.py, way `local-block`; docs/vmruntime-journal.md,
-thirty-ninth session). So a local trial that keeps local queues over `window_calls` calls per rank, with
-the time of its reads, is followed by a placement trial, before the global trial. It runs in segments, in
-rounds of four: block, r mod P, r mod P, block. A segment is a quantum to switch, which counts for neither
-placement, and then `look_quanta` (3) quanta read. Each placement's MPI calls, seconds and CPU seconds are
-summed over its own segments; the trial runs as many rounds as give each placement as many quanta read as
-the local trial had. After each round, block `trial_margin` behind per second ends it in r mod P (a ring,
-1.5-1.9x slower in block, after 16 quanta), and so does a round that block did not lead: block can no
-longer be kept, and every round more costs the job its segments in block (11 of 18 default runs of rings,
-block at 0.77-1.04 of r mod P's pace over their trials, went on to a second round; 2026-12-04). At the
-end, the block placement is kept if it made `block_margin` (5 %) more MPI calls per second of wall time
-than r mod P over the trial's segments, and more in each round of its own, with `window_calls` calls per
-rank in each placement and `wall_floor` of r mod P's calls per CPU second.
+Placement trial (ours, 2026-12-04): local queues give rank r of N the CPU r mod P (thesis fig. 3.9), so on 2
+CPUs both neighbours of every rank of a 1-D stencil are on the other CPU. A block placement (rank r on CPU r *
+P / N: ranks next in order share a CPU) ran halo-persist 4x2 in 0.77-0.90 of the time of r mod P, but rings up
+to 1.3x as long (bench/patterns.py, way `local-block`; docs/vmruntime-journal.md, thirty-ninth session). So a
+local trial that keeps local queues over `window_calls` calls per rank, with the time of its reads, is
+followed by a placement trial, before the global trial. It runs in segments, in rounds of four: block, r mod
+P, r mod P, block. A segment is a quantum to switch, which counts for neither placement, and then
+`look_quanta` (3) quanta read; one that moves ranks to other CPUs (the first, and each that changes the
+placement) leaves `move_settle_s` (0.08 s) unread instead (below, "Settling after a move"). Each placement's
+MPI calls, seconds and CPU seconds are summed over its own segments; the trial runs as many rounds as give
+each placement as many quanta read as the local trial had. Block `trial_margin` behind per second after one
+segment each way, or after any round, ends it in r mod P (a ring, 1.5-1.9x slower in block), and so does a
+round that block did not lead: block can no longer be kept, and every round more costs the job its segments in
+block (11 of 18 default runs of rings, block at 0.77-1.04 of r mod P's pace over their trials, went on to a
+second round; 2026-12-04). At the end, the block placement is kept if it made `block_margin` (5 %) more MPI
+calls per second of wall time than r mod P over the trial's segments, and more in each round of its own, with
+`window_calls` calls per rank in each placement and `wall_floor` of r mod P's calls per CPU second.
 
 Why segments, not one look each way (2026-12-04, forty-first session): this node's speed moves by
 stretches. A fixed loop on both CPUs ran 1.6-3.4 s in 10 consecutive runs; in 4-ms steps, stretches of
@@ -201,6 +202,28 @@ session. The pace kept, the placement's over its segments, is then the global tr
 measure. Every decision starts again in r mod P, so a periodic re-measure's trials try the block
 placement again. `lbd_placement_trial = false` in the configuration turns it off. The same call counts
 measure both placements: a program makes the same calls per iteration wherever its ranks run.
+
+Settling after a move (2026-12-06, sixtieth session): ranks that each lead a session of their own (hydra
+starts them so, and the runtime makes them so: vmruntime's `leave_session`) are each an autogroup of the
+kernel, and ranks moved to other CPUs hand those CPUs on to each other slowly at first (probably their groups'
+weights there, which follow load averages that take tens of milliseconds to move; not traced in the kernel).
+Read quantum by quantum over segments of 20 (a scratch trace, `look_quanta` 20), IMB Exchange 4x2 (IMB-MPI1 of
+the Intel MPI Benchmarks) ran at r mod P's pace for the first 2-8 quanta of each block segment and then
+1.3-1.5x as fast, as whole runs in block are (its ranks' time per exchange 3.6 us against 4.7 us in r mod P);
+r mod P's segments reached their pace in 1-3 quanta. With autogroups switched off
+(kernel.sched_autogroup_enabled 0, for the test only) block made its pace from its first quantum. So a trial
+that read each segment from the quantum after the switch read block at 0.81-1.43 of r mod P's pace and kept it
+in 3 of 10 runs. Leaving 80 ms unread after a move, it read 1.12-1.41 and kept block in 20 of 20 (50 ms: 8 of
+10, 60 ms: 9 of 10). Rings 4x2, ring-rev 4x2 and rings 8x2 read 0.64-1.05 so and kept r mod P in every run
+(ring 8x2 kept block in 2 of 12 with one quantum), groups 4x2 (2x slower in block) kept it in 2 of 6 with one
+quantum and none with 80 ms, and halo-persist 4x2 kept block in 6 of 6 either way (docs/vmruntime-journal.md,
+sixtieth session). The segments that do not move ranks (the second of each placement's pair) still leave one
+quantum. Not on one CPU, where the queue trial moves no rank. The settling made a ring's trial longer, and its
+block segments cost it (ring 4x2 and ring-rev 4x2, 1.4x slower in block, ran 1.12x and 1.15x as long as on
+local queues in r mod P, paired medians of 8 rounds). So the trial looks once after its first two segments,
+block and r mod P, each read once settled: block `trial_margin` behind there ends it, in r mod P, where the
+job already is. The old first look compared block with the local trial, read before it, and lost IMB Exchange
+on its transient (above, "Why segments"); this one compares two settled reads side by side.
 
 Clearly ahead (2026-12-05, forty-ninth session): a program that calls MPI seldom has a long local trial,
 since a trial holds `window_calls` calls per rank, and its placement trial as many rounds. PRK Sparse (the
@@ -403,7 +426,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from math import isfinite, sqrt
+from math import ceil, isfinite, sqrt
 
 from vmsched.cpumanager.partition import home_cpu
 from vmsched.cpumanager.shm_layout import LBD_DECIDED, LBD_MEASURING, LBD_STABLE, PLACE_BLOCK, PLACE_CYCLIC
@@ -445,6 +468,7 @@ class LbdParams:
     block_trial: bool = True  # a job kept on local queues by its trials is tried with a block placement too
     block_margin: float = 0.05  # ... and keeps it with this much more progress per second
     look_quanta: int = 3  # ... read over segments this long (after a quantum to switch), block and r mod P in turn
+    move_settle_s: float = 0.08  # ... after this long where a segment moves ranks (else after one quantum)
     queue_trial: bool = True  # on one CPU, local queues are tried against the global queue by such segments
     move_margin: float = 0.15  # a move by a stalled CPU is undone where the stalled read was this much faster
     sparse_global: bool = True  # a job too sparse in MPI calls for any trial to read stays on the global queue
@@ -531,7 +555,8 @@ class LbdState:
         if self.phase == LBD_DECIDED and self.global_quanta:  # every quantum: it ends once clearly behind
             return self.global_quanta >= params.glance_quanta
         if self.phase == LBD_DECIDED and self.block_quanta:  # a segment's start, after its switch, and its end
-            return self.block_quanta == 1 or self.block_quanta > params.look_quanta
+            settle = _settle(self, params)
+            return self.block_quanta == settle or self.block_quanta >= settle + params.look_quanta
         if self.phase == LBD_DECIDED and (self.local or self.hold_global):
             # Local queues: CPU time is no measure of idleness (see the module docstring); read only for the
             # time of the watch reads (module docstring: "Watching a local job").
@@ -789,23 +814,23 @@ def _block_start(state: LbdState, times: Sequence[float], calls: float, idle: fl
 def _block_trial(state: LbdState, calls: float, times: Sequence[float] | None, since: int, params: LbdParams,
                  idle: float | None, now: float | None) -> LbdState:  # fmt: skip
     """One quantum of a placement trial: rounds of four segments, in the order block, r mod P, r mod P, block,
-    each a quantum to switch and `look_quanta` quanta read, each placement's MPI calls, seconds and CPU
-    seconds summed over its segments (module docstring: "Placement trial"). After a round, block
-    `trial_margin` behind per second, or a round that block did not lead, ends it in r mod P; once each
-    placement has been read as long as the local trial ran, block is kept with `block_margin` more calls
-    per second, if it led in every round, and only over `window_calls` calls per rank in each placement
-    and with `wall_floor` of r mod P's calls per CPU second; from the second round on, block clearly ahead
-    (`trial_margin`, over a quarter of those calls) ends it in block (not on one CPU). Then the global
-    trial, from this read, against the pace kept. On one CPU the same segments compare local queues (r mod
-    P's side, first in each round) with the global queue (block's), and the trial ends there (module
-    docstring: "Queue trial on one CPU")."""
-    q = state.block_quanta
+    each a quantum to switch (`move_settle_s` where it moves ranks) and `look_quanta` quanta read, each
+    placement's MPI calls, seconds and CPU seconds summed over its segments (module docstring: "Placement
+    trial"). After a round, block `trial_margin` behind per second, or a round that block did not lead, ends
+    it in r mod P; once each placement has been read as long as the local trial ran, block is kept with
+    `block_margin` more calls per second, if it led in every round, and only over `window_calls` calls per
+    rank in each placement and with `wall_floor` of r mod P's calls per CPU second; from the second round on,
+    block clearly ahead (`trial_margin`, over a quarter of those calls) ends it in block (not on one CPU).
+    Then the global trial, from this read, against the pace kept. On one CPU the same segments compare local
+    queues (r mod P's side, first in each round) with the global queue (block's), and the trial ends there
+    (module docstring: "Queue trial on one CPU")."""
+    q, settle = state.block_quanta, _settle(state, params)
     read = times is not None and now is not None
-    # The quantum of the switch is left out: the segment is read from here. (So is a segment read across a
+    # The quanta of the switch are left out: the segment is read from here. (So is a segment read across a
     # rank's exit or over no bases yet - a queue trial's first: it is read from here on.)
-    if read and (q == 1 or len(times) != len(state.base_user)):  # type: ignore[arg-type]
-        return _trial_from(state, times, calls, idle, now, block_quanta=2, since_decision=since)  # type: ignore[arg-type]
-    if q <= params.look_quanta or not read:
+    if read and (q == settle or (q > settle and len(times) != len(state.base_user))):  # type: ignore[arg-type]
+        return _trial_from(state, times, calls, idle, now, block_quanta=settle + 1, since_decision=since)  # type: ignore[arg-type]
+    if q < settle + params.look_quanta or not read:
         return replace(state, block_quanta=q + 1, since_decision=since)
     i, segs = _challenger(state), state.block_segs + 1
     wall = now - state.base_wall if state.base_wall is not None else 0.0
@@ -830,7 +855,11 @@ def _block_trial(state: LbdState, calls: float, times: Sequence[float] | None, s
     # As many quanta each way as the local trial had, in whole rounds of four segments (ABBA: a pace that
     # drifts steadily through the trial favours neither placement), judged at the end of each round.
     rounds = -(-_global_len(state, params) // (2 * params.look_quanta))
-    if segs % 4 or not (behind or lost or clear or segs >= 4 * rounds):  # (a lost round: block can no longer be kept)
+    # A first look: block `trial_margin` behind after one segment each way, both read once settled, ends it too
+    # (a ring; module docstring: "Settling after a move"). Not on one CPU, whose trial is two rounds anyway.
+    first = segs == 2 and behind and not state.one_cpu
+    # (After a lost round block can no longer be kept.)
+    if (segs % 4 and not first) or not (behind or lost or clear or segs >= 4 * rounds):
         more.update(_segment(state, segs % 4 in (0, 3)))
         return _trial_from(state, times, calls, idle, now, block_quanta=1, **more)
     fair = clear or (least >= params.window_calls and floor)
@@ -961,6 +990,15 @@ def _next_window(state: LbdState, times: tuple[float, ...], calls: float | None,
     time and the time now."""
     return replace(state, base_user=times, base_calls=calls, base_idle=idle, base_wall=now, quanta_stable=0,
                    since_decision=since, **more)  # fmt: skip
+
+
+def _settle(state: LbdState, params: LbdParams) -> int:
+    """The quanta of the running segment left unread: `move_settle_s` where it moved ranks to other CPUs (the
+    first segment, and each that changed sides: block, r mod P, r mod P, block), else the one quantum (module
+    docstring: "Placement trial")."""
+    k = state.block_segs
+    moved = not state.one_cpu and (k == 0 or k % 2 == 1)
+    return max(1, ceil(params.move_settle_s / params.quantum_s - 1e-9)) if moved else 1
 
 
 def _challenger(state: LbdState) -> int:
