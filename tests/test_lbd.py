@@ -1034,10 +1034,10 @@ def test_the_placement_trial_compares_its_own_segments_not_the_local_trials_pace
 ])  # fmt: skip
 def test_a_placement_is_read_once_the_ranks_it_moved_have_settled(lag: int, settle_s: float | None,
                                                                    kept: bool) -> None:  # fmt: skip
-    """Ranks each in a session of their own, moved to other CPUs, hand their CPU on slowly for up to 80 ms
-    (their autogroups' weights there follow load averages), so a block placement made its pace only some
-    quanta into each segment: read from the quantum after the switch, IMB Exchange 4x2 kept it in 3 of 10
-    runs, though it ran 1.3x as fast so. A segment that moves ranks is read after `move_settle_s`."""
+    """Ranks each in a session of their own, moved to other CPUs, hand their CPUs on slowly for up to 80 ms
+    (each is a kernel autogroup; with autogroups off they did not), so a block placement made its pace only
+    some quanta into each segment: read from the quantum after the switch, IMB Exchange 4x2 kept it in 3 of
+    10 runs, though it ran 1.3x as fast so. A segment that moves ranks is read after `move_settle_s`."""
     params = P if settle_s is None else replace(P, move_settle_s=settle_s)
     state = placement_trial_start(12)
     states = drive(lambda q: shares(0.02), trial_quanta(8) + 5, params=params, state=state,
