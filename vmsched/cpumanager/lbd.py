@@ -215,15 +215,16 @@ r mod P's segments reached their pace in 1-3 quanta. With autogroups switched of
 that read each segment from the quantum after the switch read block at 0.81-1.43 of r mod P's pace and kept it
 in 3 of 10 runs. Leaving 80 ms unread after a move, it read 1.12-1.41 and kept block in 20 of 20 (50 ms: 8 of
 10, 60 ms: 9 of 10). Rings 4x2, ring-rev 4x2 and rings 8x2 read 0.64-1.05 so and kept r mod P in every run
-(ring 8x2 kept block in 2 of 12 with one quantum), groups 4x2 (2x slower in block) kept it in 2 of 6 with one
-quantum and none with 80 ms, and halo-persist 4x2 kept block in 6 of 6 either way (docs/vmruntime-journal.md,
-sixtieth session). The segments that do not move ranks (the second of each placement's pair) still leave one
-quantum. Not on one CPU, where the queue trial moves no rank. The settling made a ring's trial longer, and its
-block segments cost it (ring 4x2 and ring-rev 4x2, 1.4x slower in block, ran 1.12x and 1.15x as long as on
-local queues in r mod P, paired medians of 8 rounds). So the trial looks once after its first two segments,
-block and r mod P, each read once settled: block `trial_margin` behind there ends it, in r mod P, where the
-job already is. The old first look compared block with the local trial, read before it, and lost IMB Exchange
-on its transient (above, "Why segments"); this one compares two settled reads side by side.
+(ring 8x2 kept block in 2 of 12 with one quantum), groups 4x2 (2x slower in block) kept it in 2 of 10 runs
+with one quantum and in 2 of 14 with 80 ms (the stalled-CPU rule moved each back), and halo-persist 4x2 kept
+block in 6 of 6 either way (docs/vmruntime-journal.md, sixtieth session). The segments that do not move ranks
+(the second of each placement's pair) still leave one quantum. Not on one CPU, where the queue trial moves no
+rank. The settling made a ring's trial longer, and its block segments cost it (ring 4x2 and ring-rev 4x2, 1.4x
+slower in block, ran 1.12x and 1.15x as long as on local queues in r mod P, paired medians of 8 rounds). So
+the trial looks once after its first two segments, block and r mod P, each read once settled: block
+`trial_margin` behind there ends it, in r mod P, where the job already is. The old first look compared block
+with the local trial, read before it, and lost IMB Exchange on its transient (above, "Why segments"); this one
+compares two settled reads side by side.
 
 Clearly ahead (2026-12-05, forty-ninth session): a program that calls MPI seldom has a long local trial,
 since a trial holds `window_calls` calls per rank, and its placement trial as many rounds. PRK Sparse (the
