@@ -951,7 +951,7 @@ def placement_segments(states: list[LbdState], start: int) -> list[tuple[int, in
 
 
 @pytest.mark.parametrize(("block", "kept", "segments"), [
-    (1.29, True, None),  # halo-persist 4x2: 195,000 calls per second in a block placement, 151,000 in r mod P
+    (1.29, True, 4),  # halo-persist 4x2 (195,000 calls per second in block, 151,000 in r mod P): clearly ahead
     (1.10, True, None),  # ahead, not clearly: to its end
     (1.03, False, None),  # not block_margin ahead: to its end, r mod P stays
     (0.90, False, 4),  # behind, not clearly: it did not lead its first round, which ends it
@@ -1079,8 +1079,9 @@ def test_a_node_whose_speed_moves_during_the_placement_trial_does_not_decide_it(
 ])  # fmt: skip
 def test_block_is_kept_only_if_it_led_in_every_round(block: float, slowed: str | None, kept: bool) -> None:
     """A stretch of the node at a fraction of its speed over one placement's segments of the first round (a
-    ring 4x2 once read 1.35 in a round, then ran 1.5x as long in block): that round must not decide. A
-    round block did not lead ends the trial: no round after it could keep block."""
+    ring 4x2 once read 1.35 in a round, then ran 1.5x as long in block): that round must not decide. Block
+    clearly ahead in it is not ahead of the local trial's pace in r mod P, read before the stretch. A round
+    block did not lead ends the trial: no round after it could keep block."""
     ranks = shares(0.02)
     length = 12
     state = placement_trial_start(length)
@@ -1092,13 +1093,15 @@ def test_block_is_kept_only_if_it_led_in_every_round(block: float, slowed: str |
     assert end.block is kept and end.rounds_lost == (slowed is not None)
     if slowed == "block":  # lost in its first round: over at its end
         assert end.block_segs == 4
-    else:  # lost in its last round (the first, block ahead, decided nothing), or never
+    elif slowed == "r mod P":  # lost in its last round: the first, not ahead of the local trial's pace, decided nothing
         assert end.block_segs == 8
         assert end.wall_block > end.wall_cyclic * (1 + P.block_margin)  # ahead over the whole trial
+    else:  # clearly ahead of both after its first round
+        assert end.block_segs == 4
 
 
 @pytest.mark.parametrize(("block", "speed", "segs"), [
-    (1.85, HALO, 8),  # PRK Sparse 8x2 on a slowed node: block 1.85x ahead in every round, over plenty of calls
+    (1.85, HALO, 4),  # PRK Sparse 8x2 on a slowed node: block 1.85x ahead in every round, over plenty of calls
     (1.15, HALO, None),  # ahead, not by trial_margin: to its end
     (1.85, 700.0, 12),  # clearly ahead, but over too few calls after two rounds: ended after its third
 ])  # fmt: skip
@@ -1106,7 +1109,7 @@ def test_a_block_placement_clearly_ahead_ends_a_long_placement_trial(block: floa
                                                                       segs: int | None) -> None:  # fmt: skip
     """A program that calls MPI seldom has a long local trial (PRK Sparse, 8 ranks on 2 CPUs: 44 quanta), and
     its placement trial runs as many rounds as give each placement as many quanta (8 rounds, 1.28 s), while
-    r mod P ran at 0.54 of block's pace in every one. From two rounds on, block `trial_margin` ahead over
+    r mod P ran at 0.54 of block's pace in every one. From the first round on, block `trial_margin` ahead over
     `window_calls * block_margin / trial_margin` calls per rank each way ends it, in block."""
     ranks = shares(0.02)
     length = 44
@@ -1117,6 +1120,28 @@ def test_a_block_placement_clearly_ahead_ends_a_long_placement_trial(block: floa
     full = 4 * math.ceil(length / (2 * P.look_quanta))
     assert end.block and end.block_segs == (segs or full) and not end.rounds_lost
     assert end.wall_block / end.wall_cyclic == pytest.approx(block, rel=0.05)
+    assert end.global_quanta == 1  # the global trial follows, against block's pace
+
+
+@pytest.mark.parametrize(("block", "misread", "segs"), [
+    (1.30, 1.0, 4),  # IMB Exchange 4x2 (1.2-1.4x ahead in its rounds): clearly ahead after its first round
+    (1.30, 1.3, 8),  # r mod P read as fast as block in the local trial: not ahead of that read, to its end
+    (1.15, 1.0, 8),  # ahead, not clearly: to its end
+])  # fmt: skip
+def test_after_one_round_block_clearly_ahead_ends_the_trial_if_also_ahead_of_the_local_trial(
+    block: float, misread: float, segs: int
+) -> None:
+    """Each round more costs a program that block suits its segments in r mod P, so the trial ends after its
+    first round with block `trial_margin` ahead over it, if block is also `block_margin` ahead of the local
+    trial's pace in r mod P, read before the trial (a stretch of the node over r mod P's two segments would
+    have slowed block's first segment too, to slow that read). The job keeps block either way."""
+    ranks = shares(0.02)
+    state = placement_trial_start(12, misread=misread)
+    states = drive(lambda q: ranks, trial_quanta(8) + 5, state=state, speed=lambda local: HALO, clock=True,
+                   block=block)  # fmt: skip
+    end = next(s for s in states if not s.block_quanta)
+    assert end.block and end.block_segs == segs and not end.rounds_lost
+    assert end.wall_block / end.wall_cyclic == pytest.approx(block, rel=0.02)
     assert end.global_quanta == 1  # the global trial follows, against block's pace
 
 

@@ -103,7 +103,7 @@ def test_the_detector_tries_a_block_placement_and_the_table_follows(tmp_path: Pa
         log = m.log_path.read_text()
     lines = [x for x in log.splitlines() if " job=905 " in x and "action=lbd_" in x]
     placed = [k for k, x in enumerate(lines) if "queue=local placement=block" in x]
-    line = re.compile(r"kept=(\w+) calls_per_s_cyclic=(\d+) calls_per_s_block=(\d+) calls_per_s_first=\d+ "
+    line = re.compile(r"kept=(\w+) calls_per_s_cyclic=(\d+) calls_per_s_block=(\d+) calls_per_s_first=(\d+) "
                       r"segments=(\d+) rounds_lost=(\d+)")  # fmt: skip
     trials = [line.search(lines[k]).groups() for k in placed]  # type: ignore[union-attr]
     kept_local = [x for x in lines if "action=lbd_trial job=905 queue=local kept=true" in x]
@@ -114,10 +114,13 @@ def test_the_detector_tries_a_block_placement_and_the_table_follows(tmp_path: Pa
     assert kept_local and trials, lines
     # Kept only with block_margin (5 %) more calls per second over its segments in each placement and a lead
     # in every round of them; they come in rounds of four (block, r mod P, r mod P, block), and a trial runs
-    # its rounds to the end unless block is clearly behind or did not lead a round. The job's entry follows
-    # the segments (the first, 30 ms in block, at least).
-    for kept, cyclic, block, segments, lost in trials:
-        assert kept == "false" or (int(block) > int(cyclic) * 1.05 and int(segments) >= 8 and lost == "0"), trials
+    # its rounds to the end unless block is clearly behind, did not lead a round, or is clearly ahead (after
+    # the first round only if ahead of the local trial's pace as well). The job's entry follows the segments
+    # (the first, 30 ms in block, at least).
+    for kept, cyclic, block, first, segments, lost in trials:
+        early = int(block) > int(cyclic) * 1.2 and int(block) > int(first) * 1.05
+        assert kept == "false" or (int(block) > int(cyclic) * 1.05 and lost == "0"), trials
+        assert kept == "false" or int(segments) >= 8 or early, trials
         assert int(segments) % 4 == 0, trials
     assert placements[:2] == ["cyclic", "block"], (placements, lines)
     # At the end as the last trial decided, unless a decision came after it (it starts again in r mod P).

@@ -234,9 +234,21 @@ in every one of them (the node slowed; in its fast stretches the two ran alike).
 on, block `trial_margin` (20 %) ahead over the segments, every round led, ends the trial in block, over
 `window_calls * block_margin / trial_margin` (50) calls per rank each way: a phase more or less at each end
 moves a placement's pace by up to 2 parts in its calls per rank, and 50 bound that to 4 %, a fifth of the
-20 %, as 200 bound it to 1 %, a fifth of the 5 %. Not after one round: a ring 4x2 read 1.35 over one (above).
-Not in a queue trial on one CPU (below), which is two rounds anyway and keeps local queues over fewer than
-`window_calls` calls per rank.
+20 %, as 200 bound it to 1 %, a fifth of the 5 %. Not in a queue trial on one CPU (below), which is two rounds
+anyway and keeps local queues over fewer than `window_calls` calls per rank.
+
+After the first round too (2026-12-06, sixty-first session), where block is also `block_margin` ahead of the
+local trial's pace in r mod P. A round more costs a program that block suits its segments in r mod P and its
+block segments' settling: IMB Exchange 4x2 (block 1.1-1.4x ahead over its rounds) ran 1.177x as long as
+`local-block` with the rule from the second round and 1.148x with it from the first (ended there in 10 of 16
+runs), halo-persist 4x2 1.18x and 1.14x (16 of 16), medians of 16 paired rounds in one manager. One round
+alone does not decide: a ring 4x2 once read 1.35 over one (before the settling, above), and a stretch of the
+node over r mod P's two segments of a round makes such a reading. The local trial's pace is read before the
+trial, and a stretch that slowed it and those segments alike slowed block's first segment too, which lies
+between them. That read runs high if anything (r mod P, right after the global queue, ran near block's pace
+for some quanta in IMB's trace): block read 1.05-1.43 of it in IMB's trials, 1.29-1.67 in halo-persist 4x2's,
+and 0.61-0.93 in those of rings 4x2 (which read 0.58-0.90 of r mod P over their first round or first look, 47
+trials).
 
 Reverse trial (ours): the idleness that the global queue shows is partly its own making, and an
 imbalanced job is not always faster there. A ring of 4 ranks folded 2 per CPU reads IP 9-19 % there in
@@ -427,7 +439,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from math import ceil, isfinite, sqrt
+from math import ceil, inf, isfinite, sqrt
 
 from vmsched.cpumanager.partition import home_cpu
 from vmsched.cpumanager.shm_layout import LBD_DECIDED, LBD_MEASURING, LBD_STABLE, PLACE_BLOCK, PLACE_CYCLIC
@@ -820,8 +832,9 @@ def _block_trial(state: LbdState, calls: float, times: Sequence[float] | None, s
     trial"). After a round, block `trial_margin` behind per second, or a round that block did not lead, ends
     it in r mod P; once each placement has been read as long as the local trial ran, block is kept with
     `block_margin` more calls per second, if it led in every round, and only over `window_calls` calls per
-    rank in each placement and with `wall_floor` of r mod P's calls per CPU second; from the second round on,
-    block clearly ahead (`trial_margin`, over a quarter of those calls) ends it in block (not on one CPU).
+    rank in each placement and with `wall_floor` of r mod P's calls per CPU second; from the first round on,
+    block clearly ahead (`trial_margin`, over a quarter of those calls; after one round only if `block_margin`
+    ahead of the local trial's pace too) ends it in block (not on one CPU).
     Then the global trial, from this read, against the pace kept. On one CPU the same segments compare local
     queues (r mod P's side, first in each round) with the global queue (block's), and the trial ends there
     (module docstring: "Queue trial on one CPU")."""
@@ -847,11 +860,16 @@ def _block_trial(state: LbdState, calls: float, times: Sequence[float] | None, s
         (c0, b0), (cw0, bw0), _ = state.round_base
         lost += (b_calls - b0) * (c_wall - cw0) <= (c_calls - c0) * (b_wall - bw0)
         more.update(round_base=look, rounds_lost=lost)
-    # Clearly ahead: from two rounds on, `trial_margin` ahead over calls enough for that margin (a phase more or
-    # less at each end moves the pace by up to 2 / calls: window_calls bound it to block_margin / 5, these to
-    # trial_margin / 5) ends the trial in block (module docstring: "Clearly ahead"). Not on one CPU: a queue
-    # trial is two rounds anyway, and one over fewer than `window_calls` calls per rank keeps local queues.
-    clear = (not state.one_cpu and segs >= 8 and not lost and floor and block > cyclic * (1 + params.trial_margin)
+    # Clearly ahead: from the first round on, `trial_margin` ahead over calls enough for that margin (a phase more
+    # or less at each end moves the pace by up to 2 / calls: window_calls bound it to block_margin / 5, these to
+    # trial_margin / 5) ends the trial in block (module docstring: "Clearly ahead"). After one round only if
+    # block is also `block_margin` ahead of the local trial's pace in r mod P, read before the trial: a stretch of
+    # the node that slowed r mod P's two segments of the round and that read slowed block's first segment too,
+    # which lies between them.
+    # Not on one CPU: a queue trial is two rounds anyway, and one over fewer than `window_calls` calls per rank
+    # keeps local queues.
+    early = segs >= 8 or (segs >= 4 and block > (state.wall_local or inf) * (1 + params.block_margin))
+    clear = (not state.one_cpu and early and not lost and floor and block > cyclic * (1 + params.trial_margin)
              and least >= params.window_calls * params.block_margin / params.trial_margin)  # fmt: skip
     # As many quanta each way as the local trial had, in whole rounds of four segments (ABBA: a pace that
     # drifts steadily through the trial favours neither placement), judged at the end of each round.
