@@ -879,7 +879,7 @@ def _block_trial(state: LbdState, calls: float, times: Sequence[float] | None, s
     first = segs == 2 and behind and not state.one_cpu
     # (After a lost round block can no longer be kept.)
     if (segs % 4 and not first) or not (behind or lost or clear or segs >= 4 * rounds):
-        more.update(_segment(state, segs % 4 in (0, 3)))
+        more.update(_segment(state, _opens(segs)))
         return _trial_from(state, times, calls, idle, now, block_quanta=1, **more)
     fair = clear or (least >= params.window_calls and floor)
     kept = not behind and not lost and fair and block > cyclic * (1 + params.block_margin)
@@ -1016,7 +1016,7 @@ def _settle(state: LbdState, params: LbdParams) -> int:
     first segment, and each that changed sides: block, r mod P, r mod P, block), else the one quantum (module
     docstring: "Placement trial")."""
     k = state.block_segs
-    moved = not state.one_cpu and (k == 0 or k % 2 == 1)
+    moved = not state.one_cpu and _opens(k) != (k > 0 and _opens(k - 1))  # before the first: r mod P
     return max(1, ceil(params.move_settle_s / params.quantum_s - 1e-9)) if moved else 1
 
 
@@ -1024,6 +1024,12 @@ def _challenger(state: LbdState) -> int:
     """Which side of a trial by segments the running segment is: 1 for the challenger (a block placement; on
     one CPU, the global queue), 0 for what the job runs on otherwise (r mod P; local queues)."""
     return int(not state.local) if state.one_cpu else int(state.block)
+
+
+def _opens(k: int) -> bool:
+    """Whether segment k (from 0) of a trial by segments is on the side that opens and closes each round of
+    four (block, r mod P, r mod P, block: ABBA)."""
+    return k % 4 in (0, 3)
 
 
 def _segment(state: LbdState, first: bool) -> dict[str, bool]:
