@@ -465,9 +465,12 @@ def test_the_early_look_of_a_reverse_trial_also_counts_progress_per_second(
 
 
 def _window(states: list[LbdState]) -> int:
-    """Quanta from the first window's opening to the first decision."""
-    opened = next(i for i, s in enumerate(states) if s.phase == LBD_STABLE)
-    return decisions(states)[0][0] - opened
+    """Quanta from the read that took the bases of the window that made the first decision to that decision
+    (a quick window that read the job imbalanced, or read nothing, is not that window)."""
+    first = decisions(states)[0][0]
+    opened = max(i for i in range(first) if states[i].phase == LBD_STABLE and states[i].quanta_stable == 0
+                 and states[i].base_user)  # fmt: skip
+    return first - opened
 
 
 @pytest.mark.parametrize("ip", [0.0, 0.05, 0.4])
@@ -539,21 +542,51 @@ def test_a_busy_job_whose_cvcs_never_settles_is_measured_after_settle_quanta() -
     """On the global queue the switch counts of a ring's ranks follow the hand-offs' order: their CVCS
     moves by more than stable_change every quantum. A busy job goes on to its window anyway."""
     rng = random.Random(7)
+    slow = replace(P, quick_window=False)  # the window's opening, not the quick window (tested below)
     state, sw, cpu = LbdState(), [0.0] * 4, [0.0] * 4
     phases = []
-    for _ in range(P.settle_quanta + 3):
+    for _ in range(slow.settle_quanta + 3):
         sw = [s + 100 * (1 + 0.4 * rng.random()) for s in sw]  # busy, and unsteady
         cpu = [c + 0.5 * Q for c in cpu]
-        state = lbd_step(state, sw, cpu if state.wants_user_times(P) else None, P)
+        state = lbd_step(state, sw, cpu if state.wants_user_times(slow) else None, slow)
         phases.append(state.phase)
-    assert phases.index(LBD_STABLE) == P.settle_quanta - 1  # not fast_quanta steady ones: there were none
-    # A quiet job (below busy_switches) still needs its steady quanta.
+    assert phases.index(LBD_STABLE) == slow.settle_quanta - 1  # not fast_quanta steady ones: there were none
+    # A quiet job (below busy_switches) still needs its steady quanta, quick window or not.
     quiet = LbdState()
     sw = [0.0] * 4
     for _ in range(P.settle_quanta + 3):
         sw = [s + 5 * (1 + 0.4 * rng.random()) for s in sw]
         quiet = lbd_step(quiet, sw, None, P)
     assert quiet.phase == LBD_MEASURING
+
+
+@pytest.mark.parametrize("ip", [0.0, 0.05, 0.4])
+def test_a_busy_job_decides_by_a_quick_window_only_where_it_reads_balanced(ip: float) -> None:
+    """A busy job's window opens at its first busy quantum and closes on its calls; a balanced reading of it
+    decides (local queues, then their trial, as any first window that reads balanced), an imbalanced one does
+    not: that job's window opens when it would have without one, so a master handing out its first tasks is
+    read no earlier than before, and decides as before. Without counts there is nothing to read it by."""
+    old = replace(P, quick_window=False)
+    runs = {params: drive(lambda q: shares(ip), 200, params, switches=100.0, speed=lambda local: RING)
+            for params in (P, old)}  # fmt: skip
+    (q_new, local_new), (q_old, local_old) = decisions(runs[P])[0], decisions(runs[old])[0]
+    first_new, first_old = runs[P][q_new], runs[old][q_old]
+    assert local_new == local_old and first_new.ip == pytest.approx(ip) == first_old.ip
+    assert first_new.reverse == first_old.reverse == (ip >= P.threshold)
+    if ip < P.threshold:
+        # Opened at the first busy quantum, a quantum for its bases, then the calls and CPU time it needs.
+        needed = max(P.window_calls / RING, P.window_min_cpu_s) / (sum(shares(ip)) / 4 * Q)
+        assert q_new <= 1 + math.ceil(needed) + P.sample_quanta
+        assert q_new < q_old  # before its CVCS settled
+        assert not first_new.quick_read
+    else:
+        assert first_new.quick_read and q_new <= q_old  # the window that decided opened no later than before
+        assert q_new >= P.settle_quanta  # ... and no earlier than settle_quanta busy quanta
+    # Too few calls for a quick window (8.5-ms phases), or none counted: the window opens no later than before.
+    for speed in (lambda local: SEND_S, None):
+        late = {params: decisions(drive(lambda q: shares(ip), 200, params, switches=100.0, speed=speed))[0]
+                for params in (P, old)}  # fmt: skip
+        assert late[P][1] == late[old][1] and late[P][0] <= late[old][0]
 
 
 def test_a_partition_of_one_cpu_is_decided_local_at_once_and_measured_when_it_grows() -> None:

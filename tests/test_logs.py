@@ -127,8 +127,9 @@ def test_lbd_decisions_read_the_log_files_lines():
         rec.created, rec.msecs, rec.kv = t0 + at, round(at % 1 * 1000), True
         return fmt.format(rec)
 
-    def decision(at: float, job: int, queue: str, why: str) -> str:
-        return line(at, action="lbd_decision", job=job, cvcs=0.04, ip=0.0218, queue=queue, decision=1, why=why)
+    def decision(at: float, job: int, queue: str, why: str, quick: bool = False) -> str:
+        return line(at, action="lbd_decision", job=job, cvcs=0.04, ip=0.0218, queue=queue, decision=1, why=why,
+                    calls_per_s_local=0, quick=quick)  # fmt: skip
 
     log = "\n".join([
         line(0.857, action="admit", job=9004, ranks=4), line(0.9, action="admit", job=9005, ranks=4),
@@ -149,11 +150,16 @@ def test_lbd_decisions_read_the_log_files_lines():
              calls_per_s_block=100, calls_per_s_first=95, segments=4),
         line(2.2, action="lbd_placement", job=9009, placement="block", why="stalled_cpu", stalled="0",
              calls_per_s_cyclic=130, calls_per_s_block=100),
+        line(1.0, action="admit", job=9010, ranks=4), decision(1.1, 9010, "local", "idleness", quick=True),
+        decision(1.3, 9010, "global", "local_slower"),
     ])  # fmt: skip
     assert lbd_decisions(log, 9004) == ("local (idleness, IP 2.2 %, 0.20 s) > global (local_slower, IP 2.2 %, 0.30 s)"
                                         " > local (idleness, IP 2.2 %, 0.60 s); settled 0.72 s")  # fmt: skip
     assert lbd_decisions(log, 9005) == "global (idleness, IP 2.2 %, 0.30 s); settled 0.30 s"
     assert lbd_decisions(log, 9006) == "undecided"
+    # A first window that decided as a busy job's quick one (module lbd: "Quick window") says so.
+    assert lbd_decisions(log, 9010) == ("local (idleness, quick window, IP 2.2 %, 0.10 s) > global (local_slower, "
+                                        "IP 2.2 %, 0.30 s); settled 0.30 s")  # fmt: skip
     # A kept placement trial (module lbd: "Placement trial") shows, and moves the settling time.
     assert lbd_decisions(log, 9007) == "local (idleness, IP 2.2 %, 0.30 s) > block (0.60 s); settled 0.60 s"
     # The watch's change of placement (module lbd: "A stalled CPU moves the placement"), in the order the log

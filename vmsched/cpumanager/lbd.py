@@ -15,6 +15,28 @@ quarter of the speed of local queues (bench/patterns.py --shapes 4x2: default 0.
 So a busy job goes on to its window after `settle_quanta` quanta at most: the window's own errors are
 what the trials and re-checks below correct.
 
+Quick window (ours, 2026-12-07, sixty-second session): that settling and the window after it kept a busy job
+on the global queue for 8-9 quanta, where a fine-grained job makes a third of its calls of local queues (IMB
+Exchange 4x2, the Intel MPI Benchmarks: 14-23 thousand MPI calls per quantum there, 52-58 in block; about 0.04 s
+lost of a 1.2-s run). So a busy job's first window opens at its first busy quantum, and closes as any window
+does (on `window_calls` calls per rank, below), its CVCS read on meanwhile. Only a balanced reading of it is
+taken: local queues, then their trial against this window, as for any first window that reads balanced. An
+imbalanced reading, or none (too few calls by the time its window was due, or no counts), is not taken: the
+job's window opens when it would have without one (its CVCS steady `fast_quanta`, or busy `settle_quanta`),
+from that read if that is now. An imbalanced job is therefore read no earlier than before: a window opened
+earlier read master-worker while its master still handed out the first tasks, and the reverse trial that
+followed failed (`settle_quanta` 2: 6 of 12 runs against 2 of 12; docs/vmruntime-journal.md, 2026-11-27 and
+the fourteenth, thirty-first and thirty-seventh sessions), while a balanced reading only brings forward the
+local trial any balanced window leads to, which fails local queues that make 20 % fewer calls per CPU second.
+Measuring then cost IMB Exchange 4x2 0.013 s instead of 0.040 s (against its own pace after the trials, 16 runs
+each). Default / best way, paired, without and with it (16 rounds of both in one manager): IMB Exchange 4x2 1.141
+-> 1.130, ring 4x2 1.115 -> 1.087, groups 4x2 1.109 -> 1.089, random pairs 8x2 1.054 -> 1.030, halo-persist 4x2
+1.133 -> 1.131; 12 rounds: tree 4x2 1.12 -> 1.088, tree 8x2 1.065 -> 1.061. ring-rev 4x2 lost a little: with
+against without, paired, 1.009-1.030 in three sets (faster in 14 of 48 rounds), though it decided alike and its
+measuring cost less; its pace after the trials varied more from run to run (not explained). master-worker 4x2
+and 8x2 read imbalanced in every quick window (12 runs each) and decided as before (1.034 -> 1.043, 1.048 ->
+1.039). Figures: docs/vmruntime-journal.md, sixty-second session. `lbd_quick_window = false` turns it off.
+
 Idleness window: then the CPU time of every rank is sampled every `sample_quanta` quanta, and the
 window closes when the ranks' mean CPU time in it reaches `window_cpu_s` (or after `ip_quanta` quanta
 at most). The idleness percentage IP over the window decides: IP < threshold -> balanced -> local
@@ -460,6 +482,7 @@ class LbdParams:
     busy_switches: float = 50.0
     fast_quanta: int = 3
     settle_quanta: int = 5  # a busy job whose CVCS has not settled after this many quanta is measured anyway
+    quick_window: bool = True  # ... and opens a quick window at its first busy quantum ("Quick window")
     sample_quanta: int = 1
     recheck_cpu_s: float = 0.2
     recheck_sample_quanta: int = 20
@@ -494,6 +517,8 @@ class LbdState:
     cvcs: float | None = None
     stable_count: int = 0
     busy_quanta: int = 0  # quanta measured since the ranks' mean count of switches reached busy_switches
+    quick: bool = False  # the open window is a busy job's quick one (module docstring: "Quick window")
+    quick_read: bool = False  # ... which read it imbalanced, or could not read it: it measures on as before
     base_user: tuple[float, ...] = ()  # CPU times at the start of the open window
     short_phases: bool = False  # the last window closed on its count of calls: sample as often as at first
     reverse: bool = False  # the running local trial is of a job the first window found imbalanced
@@ -601,7 +626,9 @@ def idleness(user_times: Sequence[float]) -> float:
     return sum(top - u for u in user_times) / (top * len(user_times))
 
 
-def _measuring(state: LbdState, switches: Sequence[float], params: LbdParams) -> LbdState:
+def _settling(state: LbdState, switches: Sequence[float], params: LbdParams) -> LbdState:
+    """This quantum's CVCS, and the quanta it has been steady and the job busy (module docstring:
+    "Stabilization", "Settling")."""
     value = cvcs(switches)
     mean = sum(switches) / len(switches) if switches else 0.0
     if value is None or mean < params.min_switches:
@@ -610,12 +637,35 @@ def _measuring(state: LbdState, switches: Sequence[float], params: LbdParams) ->
     steady = prev is not None and abs(value - prev) <= params.stable_change * max(prev, 1e-9)
     count = state.stable_count + 1 if steady else 0
     busy = mean >= params.busy_switches
-    needed = params.fast_quanta if busy else params.stable_quanta
-    settling = state.busy_quanta + 1 if busy else 0
-    if count >= needed or settling >= params.settle_quanta:
-        return replace(state, phase=LBD_STABLE, cvcs=value, stable_count=count, busy_quanta=settling, base_user=(),
-                       quanta_stable=0)  # fmt: skip
-    return replace(state, cvcs=value, stable_count=count, busy_quanta=settling)
+    return replace(state, cvcs=value, stable_count=count, busy_quanta=state.busy_quanta + 1 if busy else 0)
+
+
+def _due(state: LbdState, params: LbdParams) -> bool:
+    """Whether the job's window opens now: its CVCS steady long enough, or the job busy for settle_quanta."""
+    needed = params.fast_quanta if state.busy_quanta else params.stable_quanta
+    return state.stable_count >= needed or state.busy_quanta >= params.settle_quanta
+
+
+def _measuring(state: LbdState, switches: Sequence[float], params: LbdParams) -> LbdState:
+    new = _settling(state, switches, params)
+    due = _due(new, params)
+    # A quick window opens at the first busy quantum, where the window is not due; only a balanced reading of it
+    # is taken (module docstring: "Quick window").
+    quick = bool(new.busy_quanta) and params.quick_window and not state.quick_read and not due
+    if quick or due:
+        return replace(new, phase=LBD_STABLE, base_user=(), quanta_stable=0, quick=quick)
+    return new
+
+
+def _quick_unread(state: LbdState, times: tuple[float, ...], calls: float | None, idle: float | None,
+                  now: float | None, since: int, ip: float | None, params: LbdParams) -> LbdState:  # fmt: skip
+    """A quick window that read the job imbalanced (`ip`), or held too few calls to read (None): the job's window
+    opens when it would have without one - its CVCS, read on meanwhile, steady or the job busy long enough: from
+    this read if that is now, else after more measuring (module docstring: "Quick window")."""
+    if _due(state, params):
+        return _next_window(state, times, calls, idle, now, since, quick=False, quick_read=True, ip=ip)
+    return replace(state, phase=LBD_MEASURING, quick=False, quick_read=True, base_user=(), quanta_stable=0,
+                   since_decision=since, ip=ip)  # fmt: skip
 
 
 def _idle_since(base: float | None, idle: float | None) -> float:
@@ -657,7 +707,7 @@ def _decide(state: LbdState, ip: float | None, local: bool, times: tuple[float, 
                    rate_local=None, wall_local=None, trial_quanta=1 if trial else 0, trial_base=calls or 0.0,
                    trial_len=quanta, hold_global=False, band=False, unread=False, sparse=False, global_quanta=0,
                    global_faster=False, watch=None, watch_low=False, watch_ranks=(), watch_stall=False, block=False,
-                   block_quanta=0, moved=False, rebase=False, stall_pace=None)  # fmt: skip
+                   block_quanta=0, moved=False, rebase=False, stall_pace=None, quick=False)  # fmt: skip
 
 
 def too_sparse(per_rank: float | None, mean_cpu: float, nranks: int, ncpus: int | None, params: LbdParams) -> bool:
@@ -1134,6 +1184,8 @@ def lbd_step(
             return LbdState(decisions=state.decisions)
     if state.phase == LBD_MEASURING:
         return _measuring(state, switches, params)
+    if state.quick and switches:  # the CVCS is read on through a quick window (module docstring: "Quick window")
+        state = _settling(state, switches, params)
     since = state.since_decision + 1
     if state.phase == LBD_DECIDED and state.local and state.trial_quanta and calls is not None:
         return _trial(state, calls, user_times, since, params, idle, now)
@@ -1183,6 +1235,14 @@ def lbd_step(
     # Fewer calls than phases enough to read: ranks computing between calls hold their tokens, and who
     # holds one is not balance (module docstring: "Too few calls").
     few_calls = per_rank is not None and per_rank < params.window_min_calls
+    if state.phase == LBD_STABLE and state.quick:  # (module docstring: "Quick window")
+        if not enough_calls:
+            # Open until the job's window would have opened without it; without counts there is nothing to read.
+            if per_rank is not None and not _due(state, params):
+                return replace(state, quanta_stable=quanta, since_decision=since)
+            return _quick_unread(state, times, calls, idle, now, since, None, params)
+        if idleness(used) >= params.threshold:
+            return _quick_unread(state, times, calls, idle, now, since, idleness(used), params)
     if state.phase == LBD_STABLE:
         if (mean < params.window_cpu_s or few_calls) and quanta < params.ip_quanta and not enough_calls:
             return replace(state, quanta_stable=quanta, since_decision=since)

@@ -92,7 +92,7 @@ def lbd_params(cm: CpuManagerConfig) -> LbdParams:
                      global_trial=cm.lbd_global_trial, block_trial=cm.lbd_placement_trial,
                      block_margin=cm.lbd_placement_margin, behind_share=cm.lbd_behind_share,
                      queue_trial=cm.lbd_queue_trial, sparse_global=cm.lbd_sparse_global,
-                     quantum_s=cm.quantum_ms / 1000)  # fmt: skip
+                     quick_window=cm.lbd_quick_window, quantum_s=cm.quantum_ms / 1000)  # fmt: skip
 
 
 class CpuManager:
@@ -518,7 +518,7 @@ class CpuManager:
         by_rank = (state.phase == L.LBD_DECIDED and bool(state.local) and user is not None
                    and slots == list(range(j.nranks)) and j.nranks <= len(snap))  # fmt: skip
         switches = [int(snap["ctx_switches"][r]) if r < len(snap) else 0 for r in slots] \
-            if state.phase == L.LBD_MEASURING or by_rank else []  # fmt: skip
+            if state.phase == L.LBD_MEASURING or state.quick or by_rank else []  # fmt: skip
         live = [r for r in slots if r < len(snap)]
         calls = float(snap["mpi_calls"][live].sum()) if state.phase != L.LBD_MEASURING else None
         rank_calls = [float(snap["mpi_calls"][r]) for r in slots] if by_rank else None
@@ -545,7 +545,11 @@ class CpuManager:
                   calls_per_cpu_s_global=round(new.rate_global or 0, 1),
                   calls_per_cpu_s_local=round(new.rate_local or 0, 1), calls_per_s_global=round(new.wall_global or 0),
                   calls_per_s_local=round(new.wall_local or 0), calls_per_cpu_s_decided=round(new.rate_decided or 0, 1),
-                  calls_per_s_decided=round(new.wall_decided or 0))  # fmt: skip
+                  calls_per_s_decided=round(new.wall_decided or 0), quick=state.quick)  # fmt: skip
+        elif new.quick_read and not state.quick_read:
+            # A busy job's quick window read it imbalanced, or held too few calls: it measures on (module lbd: "Quick
+            # window"); ip 0 where there was no reading.
+            event(log, "lbd_quick_window", job=j.job_id, ip=round(new.ip or 0, 4), read=new.ip is not None)
         elif new.one_cpu and state.one_cpu and new.block_quanta == 1 and not state.block_quanta:
             # A job on one CPU tried again (module lbd: "Queue trial on one CPU"): its pace fell, or periodically.
             event(log, "lbd_remeasure", job=j.job_id, quanta=state.since_decision + 1,

@@ -230,7 +230,7 @@ def lbd_decisions(log_text: str, job_id: int) -> str:
     admit = re.search(rf"{_STAMP}.*action=admit job={job_id} ", log_text, re.M)
     t0 = datetime.fromisoformat(admit.group(1)) if admit and admit.group(1) else None
     pattern = (rf"{_STAMP}.*action=lbd_decision job={job_id} cvcs=[0-9.e-]+ ip=([0-9.e-]+) queue=(\w+) "
-               r"decision=\d+ why=(\w+)")  # fmt: skip
+               r"decision=\d+ why=(\w+)[^\n]*")  # fmt: skip
     decided = list(re.finditer(pattern, log_text, re.M))
     if not decided:
         return "undecided"
@@ -242,7 +242,12 @@ def lbd_decisions(log_text: str, job_id: int) -> str:
         return ", " + since(at) if since(at) else ""
 
     # (position in the log, text) of each move, in the order the log wrote them
-    moves = [(m.start(), f"{m[3]} ({m[4]}, IP {100 * float(m[2]):.1f} %{when(m[1])})") for m in decided]
+    # (a first window that decided as a busy job's quick one says so: module lbd, "Quick window")
+    quick = [", quick window" if " quick=true" in m[0] else "" for m in decided]
+    moves = [
+        (m.start(), f"{m[3]} ({m[4]}{q}, IP {100 * float(m[2]):.1f} %{when(m[1])})")
+        for m, q in zip(decided, quick, strict=True)
+    ]
     # Placement trials (module lbd: "Placement trial"): one kept shows as `> block`; either moved the ranks.
     placed = list(re.finditer(rf"{_STAMP}.*action=lbd_trial job={job_id} queue=local placement=block kept=(\w+)",
                               log_text, re.M))  # fmt: skip
