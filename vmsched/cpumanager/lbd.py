@@ -16,9 +16,9 @@ So a busy job goes on to its window after `settle_quanta` quanta at most: the wi
 what the trials and re-checks below correct.
 
 Quick window (ours, 2026-12-07, sixty-second session): that settling and the window after it kept a busy job
-on the global queue for 8-9 quanta, where a fine-grained job makes a third of its calls of local queues (IMB
-Exchange 4x2, the Intel MPI Benchmarks: 14-23 thousand MPI calls per quantum there, 52-58 in block; about 0.04 s
-lost of a 1.2-s run). So a busy job's first window opens at its first busy quantum, and closes as any window
+on the global queue for 8-9 quanta, where a fine-grained job makes a third of the calls it makes on local queues
+(IMB Exchange 4x2, the Intel MPI Benchmarks: 14-23 thousand MPI calls per quantum there, 52-58 in block; about
+0.04 s lost of a 1.2-s run). So a busy job's first window opens at its first busy quantum, and closes as any window
 does (on `window_calls` calls per rank, below), its CVCS read on meanwhile. Only a balanced reading of it is
 taken: local queues, then their trial against this window, as for any first window that reads balanced. An
 imbalanced reading, or none (too few calls by the time its window was due, or no counts), is not taken: the
