@@ -282,6 +282,11 @@ def test_a_kept_local_trial_is_followed_by_a_trial_of_the_decided_global_queue(
     why = lbd_lines(manager, job)
     # Local queues first, kept by their trial; then one global trial, whose figures decide.
     assert decisions and decisions[0][0] == "local" and len(kept) == 1, why
+    # Busy from their first quanta, both decide in their quick window (lbd.py, "Quick window"), unless it read them
+    # imbalanced: it was read either way (the manager gave it the ranks' calls and CPU times).
+    first = next(x for x in lines if f"action=lbd_decision job={job} " in x)
+    quick = [x for x in lines[: lines.index(first)] if f"action=lbd_quick_window job={job} " in x]
+    assert first.endswith(" quick=true") or (quick and " read=true" in quick[0]), why
     assert len(lost) + len(won) == 1, why
     trial = (won or lost)[0]
     wall, wall_local = float(trial["calls_per_s_decided"]), float(trial["calls_per_s_local"])
