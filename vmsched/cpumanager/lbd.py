@@ -1241,8 +1241,8 @@ def lbd_step(
             if per_rank is not None and not _due(state, params):
                 return replace(state, quanta_stable=quanta, since_decision=since)
             return _quick_unread(state, times, calls, idle, now, since, None, params)
-        if idleness(used) >= params.threshold:
-            return _quick_unread(state, times, calls, idle, now, since, idleness(used), params)
+        if (ip := idleness(used)) >= params.threshold:
+            return _quick_unread(state, times, calls, idle, now, since, ip, params)
     if state.phase == LBD_STABLE:
         if (mean < params.window_cpu_s or few_calls) and quanta < params.ip_quanta and not enough_calls:
             return replace(state, quanta_stable=quanta, since_decision=since)

@@ -243,11 +243,8 @@ def lbd_decisions(log_text: str, job_id: int) -> str:
 
     # (position in the log, text) of each move, in the order the log wrote them
     # (a first window that decided as a busy job's quick one says so: module lbd, "Quick window")
-    quick = [", quick window" if " quick=true" in m[0] else "" for m in decided]
-    moves = [
-        (m.start(), f"{m[3]} ({m[4]}{q}, IP {100 * float(m[2]):.1f} %{when(m[1])})")
-        for m, q in zip(decided, quick, strict=True)
-    ]
+    moves = [(m.start(), f"{m[3]} ({m[4]}{', quick window' if ' quick=true' in m[0] else ''}, "
+                         f"IP {100 * float(m[2]):.1f} %{when(m[1])})") for m in decided]  # fmt: skip
     # Placement trials (module lbd: "Placement trial"): one kept shows as `> block`; either moved the ranks.
     placed = list(re.finditer(rf"{_STAMP}.*action=lbd_trial job={job_id} queue=local placement=block kept=(\w+)",
                               log_text, re.M))  # fmt: skip
