@@ -83,6 +83,7 @@ class CpuManagerConfig:
     lbd_queue_trial: bool = True  # on one CPU, local queues are tried against the global queue so too
     lbd_sparse_global: bool = True  # a job whose MPI calls are too sparse for a trial to read stays global
     lbd_quick_window: bool = True  # a busy job's first window opens at once; only a balanced reading of it decides
+    lbd_read_at_calls: bool = True  # a local trial fails only where its calls pass a multiple of 50 per rank
     default_queue: str = "lbd"  # lbd | local | global
     # Each job's ranks in a CPU cgroup of their own where the kernel would schedule each as its own
     # autogroup (vmsched/cpumanager/cpugroups.py); needs root and the cgroup cpu controller. Off by

@@ -148,6 +148,23 @@ that re-measured so, 6 paired runs each way (`lbd_behind_share` 0.5 and 0, the t
 re-measure): 0.41-0.47 s against 1.21-2.47 s (docs/vmruntime-journal.md, fifty-sixth session).
 `lbd_behind_share = 0` turns the rule off. A reverse trial is not concerned: it fails unless ahead.
 
+Failed at a call (ours, 2026-12-07, sixty-third session): a trial's pace is read every quantum from its length on,
+and a job that makes its calls in bursts reads lower with every quantum between them. MG's V-cycle makes most of
+its calls on its coarse grids: mg.W 4x2 (vmsched.apps.mg) made some 60 of its 75 calls per rank and cycle in 3 of
+70 quanta, so a trial read between its bursts fell under half its window's pace the first quantum it could, and
+failed clearly behind at 0.497-0.500 of its window in 3 of 10 runs (its pace over whole cycles as on the global
+queue; each then went back there at 2.7 s). A window closes on a call (its count of calls, or CPU time with calls
+in it); so a local trial fails only at a quantum in which its calls per rank passed a multiple of `behind_calls`
+(50): at a burst, whose pace a job behind over whole cycles still reads behind. It is kept at any quantum, as
+before, and at `ip_quanta` it is read in any case. A job that makes 50 calls per rank in a quantum or more (the
+patterns, IMB) passes one every quantum, so nothing changes for it; a steady job with fewer fails up to 50 calls
+per rank later. In the same mg.W 4x2 rounds with it, no trial failed so (0 of 10 runs), though the runs' times did
+not move beyond the node's noise (with / without paired 1.018, 10 rounds; NPB MG class A and B 4x2 and B 8x2 1.006,
+0.989 and 1.004: their calls come 40 and more per rank and quantum). Synthetic bursts (tests/test_lbd.py: one
+quantum in 20-60 with 80-95 % of the calls, local queues as fast): 39 of 459 cases failed a trial without it and
+kept local queues with it, none the other way. `lbd_read_at_calls = false` turns it off. Not for a reverse trial,
+whose early look reads its first `trial_min_quanta` (module docstring: "Reverse trial").
+
 The CPU seconds of a trial and of its window are the job's: its ranks' CPU time and the time the CPUs
 of its partition stood idle (the manager reads /proc/stat's idle time at the instants it reads the
 ranks'). A CPU that no rank uses is progress the job forgoes, but its ranks' CPU time does not show it:
@@ -491,6 +508,7 @@ class LbdParams:
     trial_margin: float = 0.20
     behind_share: float = 0.5  # a local trial under this share of its window's calls per CPU second ...
     behind_calls: float = 50.0  # ... over this many calls per rank has failed already ("Clearly behind")
+    read_at_calls: bool = True  # a local trial fails only where its calls per rank pass a multiple of behind_calls
     wall_margin: float = 0.05  # a reverse trial also keeps local queues with this much more progress per second
     wall_floor: float = 0.90  # ... if they made at least this share of the global window's progress per CPU second
     reverse_band: float = 1.0  # a window deciding global with IP below threshold + this is tried on local queues
@@ -540,6 +558,7 @@ class LbdState:
     trial_quanta: int = 0  # quanta into the local trial; 0: none running
     trial_base: float = 0.0  # MPI calls when the trial began
     trial_len: int = 0  # quanta the trial lasts: as long as the global window it is compared with
+    trial_mark: int = 0  # multiples of behind_calls calls per rank the local trial held: it fails as it passes one
     hold_global: bool = False  # local was measured slower: global until the next periodic re-measure
     one_cpu: bool = False  # decided local because the partition has one CPU (measured afresh when it grows)
     unread: bool = False  # the last decision kept the queue: its window held too few calls to read
@@ -705,9 +724,9 @@ def _decide(state: LbdState, ip: float | None, local: bool, times: tuple[float, 
                    base_idle=idle if times else None, base_wall=now if times else None, wall_global=wall,
                    against=0, below=0, decisions=state.decisions + 1, since_decision=0, rate_global=rate,
                    rate_local=None, wall_local=None, trial_quanta=1 if trial else 0, trial_base=calls or 0.0,
-                   trial_len=quanta, hold_global=False, band=False, unread=False, sparse=False, global_quanta=0,
-                   global_faster=False, watch=None, watch_low=False, watch_ranks=(), watch_stall=False, block=False,
-                   block_quanta=0, moved=False, rebase=False, stall_pace=None, quick=False)  # fmt: skip
+                   trial_len=quanta, trial_mark=0, hold_global=False, band=False, unread=False, sparse=False,
+                   global_quanta=0, global_faster=False, watch=None, watch_low=False, watch_ranks=(), watch_stall=False,
+                   block=False, block_quanta=0, moved=False, rebase=False, stall_pace=None, quick=False)  # fmt: skip
 
 
 def too_sparse(per_rank: float | None, mean_cpu: float, nranks: int, ncpus: int | None, params: LbdParams) -> bool:
@@ -751,6 +770,12 @@ def _trial(state: LbdState, calls: float, times: Sequence[float] | None, since: 
     progress per CPU second (a round robin that wakes ranks that cannot go on burns CPU in hand-offs
     and polls; counting per CPU second, not per quantum, keeps outside load out of the comparison)."""
     glance = _trial_glance(state, params)
+    # A local trial fails only at a quantum in which its calls passed a multiple of behind_calls per rank (module
+    # docstring: "Failed at a call"); at ip_quanta in any case.
+    gate = params.read_at_calls and not state.reverse and params.behind_calls > 0 and bool(state.base_user)
+    mark = int((calls - state.trial_base) / len(state.base_user) // params.behind_calls) if gate else 0
+    at_call = not gate or mark > state.trial_mark or state.trial_quanta >= params.ip_quanta
+    state = replace(state, trial_mark=mark)
     if not (glance or _trial_due(state, params)) or times is None or len(times) != len(state.base_user):
         return replace(state, trial_quanta=state.trial_quanta + 1, since_decision=since)
     cpu = _job_cpu(state, times, idle)
@@ -786,6 +811,8 @@ def _trial(state: LbdState, calls: float, times: Sequence[float] | None, since: 
             slower = not (overturns and enough) and not _faster_per_second(state, rate, wall, enough, params)
         else:
             slower = overturns and (enough or behind)
+            if slower and not at_call:  # between bursts of calls a pace reads low: on to the next multiple
+                return replace(state, trial_quanta=state.trial_quanta + 1, since_decision=since)
     if slower:
         # A reverse trial's job goes on re-checking on the global queue, as its window decided, and so does
         # one whose local decision failed its first trial (one misread trial would keep a balanced job off

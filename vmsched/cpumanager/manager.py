@@ -92,7 +92,8 @@ def lbd_params(cm: CpuManagerConfig) -> LbdParams:
                      global_trial=cm.lbd_global_trial, block_trial=cm.lbd_placement_trial,
                      block_margin=cm.lbd_placement_margin, behind_share=cm.lbd_behind_share,
                      queue_trial=cm.lbd_queue_trial, sparse_global=cm.lbd_sparse_global,
-                     quick_window=cm.lbd_quick_window, quantum_s=cm.quantum_ms / 1000)  # fmt: skip
+                     quick_window=cm.lbd_quick_window, read_at_calls=cm.lbd_read_at_calls,
+                     quantum_s=cm.quantum_ms / 1000)  # fmt: skip
 
 
 class CpuManager:
