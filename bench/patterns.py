@@ -23,9 +23,10 @@ MPI: at 5,000, some 20 ms a phase here, every pattern makes under 200 calls per 
 0.4-s trials, which then read no pace (vmsched/cpumanager/lbd.py), and the rows are named ring/w5000.
 
 Shapes: MPL 2 and 4 on one and on two CPUs (2 ranks on 1 CPU, 4 on 1, 4 on 2, 8 on 2); --shapes
-takes others (16x8, 32x8 on a 16-core node). The node is the CPUs this process may run on; a job that
-does not fill it runs beside a compute-bound job (2 ranks per CPU) that holds the rest, as on a shared
-node: on 2 CPUs, a job on one CPU beside 2 compute ranks on the other.
+takes others (16x8, 32x8 on a 16-core node), ranks that do not divide evenly among them too (5x2: the job
+asks for MPL 3, and local queues fold 3 ranks on one CPU and 2 on the other). The node is the CPUs this
+process may run on; a job that does not fill it runs beside a compute-bound job (2 ranks per CPU) that
+holds the rest, as on a shared node: on 2 CPUs, a job on one CPU beside 2 compute ranks on the other.
 
 Ways, per program and shape, in one invocation:
 - vmsched: under a private CPU manager with vmrun - `default` (no options), each global-queue
@@ -404,8 +405,9 @@ def folded(m: Manager, prog: Program, nranks: int, cpus: int, way: str, env: dic
     elif way in HEURISTICS:
         opts = {"queue": "global", "heuristic": way}
     job_id = next(JOB_IDS)
+    mpl = -(-nranks // cpus)  # ranks per CPU, rounded up: 5 ranks on 2 CPUs fold 3 and 2
     with compute_beside(vmrun_cmd(m.state_dir, n, 2, COMPUTE, queue="local") if n else None, n, e):
-        r = run(vmrun_cmd(m.state_dir, nranks, nranks // cpus, prog.argv(nranks), job_id=job_id, **opts), prog, e)
+        r = run(vmrun_cmd(m.state_dir, nranks, mpl, prog.argv(nranks), job_id=job_id, **opts), prog, e)
     return replace(r, decisions=lbd_decisions(m.log_path.read_text(), job_id)) if not opts else r
 
 

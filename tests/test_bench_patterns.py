@@ -131,16 +131,17 @@ if c.rank == 0:
 
 
 def test_ranks_in_a_command_is_each_cases_number_of_ranks(tmp_path):
-    # a program built for one count of ranks (NPB's is.B.4) is named by it: one --command for every shape
+    # a program built for one count of ranks (NPB's is.B.4) is named by it: one --command for every shape,
+    # 3 ranks on 2 CPUs among them (folded 2 and 1: the bench asked for 3 CPUs at MPL 1 until 2026-12-07)
     sized = tmp_path / "sized.py"
     sized.write_text(SIZED)
     r = run_bench(  # on the whole node, as above
-        "2x2,4x2", "local",
+        "2x2,3x2,4x2", "local",
         "--command", f"sized={sys.executable} {sized} {{ranks}}", "--check", r"sized=ranks (\d+ of \d+)",
     )  # fmt: skip
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     rows = [line for line in r.stdout.splitlines() if line.startswith("sized ")]
-    assert {row.split()[1] for row in rows} == {"2x2", "4x2"}, r.stdout
+    assert {row.split()[1] for row in rows} == {"2x2", "3x2", "4x2"}, r.stdout
     assert all(verified(row) for row in rows), r.stdout
 
 
