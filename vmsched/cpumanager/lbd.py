@@ -158,11 +158,12 @@ in it); so a local trial fails only at a quantum in which its calls per rank pas
 (50): at a burst, whose pace a job behind over whole cycles still reads behind. It is kept at any quantum, as
 before, and at `ip_quanta` it is read in any case. A job that makes 50 calls per rank in a quantum or more (the
 patterns, IMB) passes one every quantum, so nothing changes for it; a steady job with fewer fails up to 50 calls
-per rank later. In the same mg.W 4x2 rounds with it, no trial failed so (0 of 10 runs), though the runs' times did
-not move beyond the node's noise (with / without paired 1.018, 10 rounds; NPB MG class A and B 4x2 and B 8x2 1.006,
-0.989 and 1.004: their calls come 40 and more per rank and quantum). Synthetic bursts (tests/test_lbd.py: one
-quantum in 20-60 with 80-95 % of the calls, local queues as fast): 39 of 459 cases failed a trial without it and
-kept local queues with it, none the other way. `lbd_read_at_calls = false` turns it off. Not for a reverse trial,
+per rank later. In the same mg.W 4x2 rounds with it, no trial failed so (0 of 10 runs; the trials that began near
+2 s had not ended when the runs did), and the runs' times did not move beyond the node's noise (with / without
+paired 1.018, 10 rounds; NPB MG class A and B 4x2 and B 8x2 1.006, 0.989 and 1.004: their calls come 40 and more
+per rank and quantum). Synthetic bursts (a sweep over tests/test_lbd.py's synthetic job: one quantum in 20-60 with
+80-95 % of the calls, local queues as fast): 39 of 459 cases failed a trial without it and kept local queues with
+it, none the other way. `lbd_read_at_calls = false` turns it off. Not for a reverse trial,
 whose early look reads its first `trial_min_quanta` (module docstring: "Reverse trial").
 
 The CPU seconds of a trial and of its window are the job's: its ranks' CPU time and the time the CPUs
