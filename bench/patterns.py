@@ -121,6 +121,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from vmsched.apps import registry  # noqa: E402
 from vmsched.apps.result import parse_result  # noqa: E402
+from vmsched.cpumanager.partition import mpl  # noqa: E402
 from vmsched.vmruntime.build import library_path  # noqa: E402
 from vmsched.vmruntime.testing import (  # noqa: E402
     MPICH_YIELD,
@@ -405,9 +406,9 @@ def folded(m: Manager, prog: Program, nranks: int, cpus: int, way: str, env: dic
     elif way in HEURISTICS:
         opts = {"queue": "global", "heuristic": way}
     job_id = next(JOB_IDS)
-    mpl = -(-nranks // cpus)  # ranks per CPU, rounded up: 5 ranks on 2 CPUs fold 3 and 2
     with compute_beside(vmrun_cmd(m.state_dir, n, 2, COMPUTE, queue="local") if n else None, n, e):
-        r = run(vmrun_cmd(m.state_dir, nranks, mpl, prog.argv(nranks), job_id=job_id, **opts), prog, e)
+        # MPL rounded up: 5 ranks on 2 CPUs fold 3 and 2
+        r = run(vmrun_cmd(m.state_dir, nranks, mpl(nranks, cpus), prog.argv(nranks), job_id=job_id, **opts), prog, e)
     return replace(r, decisions=lbd_decisions(m.log_path.read_text(), job_id)) if not opts else r
 
 
