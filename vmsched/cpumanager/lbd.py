@@ -290,6 +290,22 @@ for some quanta in IMB's trace): block read 1.05-1.43 of it in IMB's trials, 1.2
 and 0.61-0.93 in those of rings 4x2 (which read 0.58-0.90 of r mod P over their first round or first look, 47
 trials).
 
+Far ahead (ours, 2026-12-07, sixty-fourth session): that read of the local trial need not run high by a little.
+groups 5x2 (bench/patterns.py: ranks 0-1 reduce on one communicator, 2-4 on another for 4 times the rounds; 2.75x
+slower in r mod P than in block over whole runs) ran r mod P in its local trial, right after the global queue, at
+1-2x block's pace in the placement trial, and r mod P in that trial at 0.22-0.34 of block's: its first round read
+block at 2.99-4.49x r mod P, yet at 0.49-0.97 of the local trial's pace, so the trial went on to its second round,
+0.67 s in all, and the default ran 1.19-1.21x as long as `local-block`. So after the first round, r mod P under
+`behind_share` (half) of block's pace over it also ends the trial in block (block clearly ahead as above, over as
+many calls), whatever the local trial read. A stretch of the node does not read so: steps ran 1.5x as long in its
+slow stretches, and a ring's round read 1.35 at most. With it (`behind_share` 0 turns it off with "Clearly
+behind"), in two sets of 8 paired rounds in one manager, groups 5x2 ran 0.92x and 0.95x as long as without (faster
+in 16 of 16), 1.10x and 1.14x as long as `local-block` against 1.21x and 1.19x, its placement trial 0.37 s instead
+of 0.67 s. Ending it at the first look instead (block and r mod P one segment each) gained nothing measurable (8
+rounds: 0.92x, 1.11x `local-block`). groups 4x2 and 8x2, halo-persist 4x2, ring-rev 5x2 and tree 6x2 (8 rounds
+each) read r mod P over half of block's pace in every round and decided as without it (docs/vmruntime-journal.md,
+sixty-fourth session).
+
 Reverse trial (ours): the idleness that the global queue shows is partly its own making, and an
 imbalanced job is not always faster there. A ring of 4 ranks folded 2 per CPU reads IP 9-19 % there in
 one run in three (which ranks get the CPU depends on the token's hand-offs as much as on the program),
@@ -912,7 +928,8 @@ def _block_trial(state: LbdState, calls: float, times: Sequence[float] | None, s
     `block_margin` more calls per second, if it led in every round, and only over `window_calls` calls per
     rank in each placement and with `wall_floor` of r mod P's calls per CPU second; from the first round on,
     block clearly ahead (`trial_margin`, over a quarter of those calls; after one round only if `block_margin`
-    ahead of the local trial's pace too) ends it in block (not on one CPU).
+    ahead of the local trial's pace too, or r mod P under `behind_share` of block's) ends it in block (not on one
+    CPU).
     Then the global trial, from this read, against the pace kept. On one CPU the same segments compare local
     queues (r mod P's side, first in each round) with the global queue (block's), and the trial ends there
     (module docstring: "Queue trial on one CPU")."""
@@ -943,10 +960,13 @@ def _block_trial(state: LbdState, calls: float, times: Sequence[float] | None, s
     # trial_margin / 5) ends the trial in block (module docstring: "Clearly ahead"). After one round only if
     # block is also `block_margin` ahead of the local trial's pace in r mod P, read before the trial: a stretch of
     # the node that slowed r mod P's two segments of the round and that read slowed block's first segment too,
-    # which lies between them.
+    # which lies between them. Or if r mod P made under `behind_share` of block's pace over the round: no stretch
+    # of this node reads so (a ring's round read at most 1.35), while r mod P right after the global queue can
+    # read 5x its pace in the trial (groups 5x2; module docstring: "Far ahead").
     # Not on one CPU: a queue trial is two rounds anyway, and one over fewer than `window_calls` calls per rank
     # keeps local queues.
-    early = segs >= 8 or (segs >= 4 and block > (state.wall_local or inf) * (1 + params.block_margin))
+    far = params.behind_share > 0 and cyclic < block * params.behind_share
+    early = segs >= 8 or (segs >= 4 and (far or block > (state.wall_local or inf) * (1 + params.block_margin)))
     clear = (not state.one_cpu and early and not lost and floor and block > cyclic * (1 + params.trial_margin)
              and least >= params.window_calls * params.block_margin / params.trial_margin)  # fmt: skip
     # As many quanta each way as the local trial had, in whole rounds of four segments (ABBA: a pace that
