@@ -1210,7 +1210,7 @@ def test_after_one_round_block_clearly_ahead_ends_the_trial_if_also_ahead_of_the
 
 
 @pytest.mark.parametrize(("block", "misread", "share", "segs"), [
-    (3.0, 5.0, 0.5, 4),  # groups 5x2: r mod P at 0.19-0.31 of block's pace, read 1.3-1.6x block in the local trial
+    (3.0, 5.0, 0.5, 4),  # groups 5x2: r mod P at 0.22-0.34 of block's pace, read 1.03-2.04x it in the local trial
     (3.0, 5.0, 0.0, 8),  # `behind_share` 0 turns it off: to its end
     (1.8, 2.0, 0.5, 8),  # r mod P over half of block's pace: the local trial's read stands in the way, to its end
 ])  # fmt: skip
@@ -1218,7 +1218,7 @@ def test_after_one_round_block_far_ahead_ends_the_trial_whatever_the_local_trial
     block: float, misread: float, share: float, segs: int
 ) -> None:
     """r mod P right after the global queue may run far faster than it goes on to: groups 5x2's local trial
-    read it at 1.3-1.6x block's pace in the placement trial, which then read r mod P at 0.19-0.31 of block's.
+    read it at 1.03-2.04x block's pace in the placement trial, which then read r mod P at 0.22-0.34 of block's.
     r mod P under `behind_share` of block's pace over the first round ends the trial in block, whatever the
     local trial read: no stretch of the node slows r mod P's segments so (a ring's round read 1.35 at most)."""
     ranks = shares(0.02)

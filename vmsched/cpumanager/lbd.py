@@ -961,8 +961,8 @@ def _block_trial(state: LbdState, calls: float, times: Sequence[float] | None, s
     # block is also `block_margin` ahead of the local trial's pace in r mod P, read before the trial: a stretch of
     # the node that slowed r mod P's two segments of the round and that read slowed block's first segment too,
     # which lies between them. Or if r mod P made under `behind_share` of block's pace over the round: no stretch
-    # of this node reads so (a ring's round read at most 1.35), while r mod P right after the global queue can
-    # read 5x its pace in the trial (groups 5x2; module docstring: "Far ahead").
+    # of this node reads so (a ring's round read at most 1.35), while r mod P right after the global queue read
+    # 4.7-6.8x its pace in the trial (groups 5x2; module docstring: "Far ahead").
     # Not on one CPU: a queue trial is two rounds anyway, and one over fewer than `window_calls` calls per rank
     # keeps local queues.
     far = params.behind_share > 0 and cyclic < block * params.behind_share
