@@ -1231,6 +1231,25 @@ def test_after_one_round_block_far_ahead_ends_the_trial_whatever_the_local_trial
     assert end.global_quanta == 1  # the global trial follows, against block's pace
 
 
+def test_outside_load_that_stalls_r_mod_p_in_the_first_round_does_not_read_as_block_far_ahead() -> None:
+    """A ring (1.4x slower in block) whose r mod P segments of the first round other processes took the CPUs from
+    (its ranks ran half the time, and made a fifth of their calls per second: 0.4 of them per CPU second) read
+    block 3.5x ahead per second and 1.75x per CPU second, which passes the floor (0.9 of r mod P's calls per CPU
+    second). Per CPU second it is not far ahead, so that round does not end the trial in block: the next round,
+    which block does not lead, ends it in r mod P."""
+    ranks = shares(0.02)
+    state = placement_trial_start(12)
+    a, c = trial_quanta(1), trial_quanta(3)  # r mod P's two segments of the first round
+    stalled = range(a, c)
+    states = drive(lambda q: [r * 0.5 for r in ranks] if q in stalled else ranks, trial_quanta(8) + 5, state=state,
+                   speed=lambda local: HALO, clock=True, block=0.7,
+                   node=lambda q: 0.4 if q in stalled else 1.0)  # fmt: skip
+    end = next(s for s in states if not s.block_quanta)
+    (c_calls, b_calls), (c_wall, b_wall), _ = next(s for s in states if s.block_segs == 4).look
+    assert b_calls / b_wall > 2 * c_calls / c_wall  # per second, block read far ahead over the first round
+    assert not end.block and end.block_segs == 8 and end.rounds_lost  # the second round, which block lost
+
+
 def test_without_the_placement_trial_the_global_trial_follows_the_local_trial() -> None:
     params = replace(P, block_trial=False)
     states = drive(lambda q: shares(0.02), 400, params=params, speed=lambda local: HALO, decided=HALO * 0.9,

@@ -296,15 +296,20 @@ slower in r mod P than in block over whole runs) ran r mod P in its local trial,
 1-2x block's pace in the placement trial, and r mod P in that trial at 0.22-0.34 of block's: its first round read
 block at 2.99-4.49x r mod P, yet at 0.49-0.97 of the local trial's pace, so the trial went on to its second round,
 0.67 s in all, and the default ran 1.19-1.21x as long as `local-block`. So after the first round, r mod P under
-`behind_share` (half) of block's pace over it also ends the trial in block (block clearly ahead as above, over as
-many calls), whatever the local trial read. A stretch of the node does not read so: steps ran 1.5x as long in its
-slow stretches, and a ring's round read 1.35 at most. With it (`behind_share` 0 turns it off with "Clearly
-behind"), in two sets of 8 paired rounds in one manager, groups 5x2 ran 0.92x and 0.95x as long as without (faster
-in 16 of 16), 1.10x and 1.14x as long as `local-block` against 1.21x and 1.19x, its placement trial 0.37 s instead
-of 0.67 s. Ending it at the first look instead (block and r mod P one segment each) gained nothing measurable (8
-rounds: 0.92x, 1.11x `local-block`). groups 4x2 and 8x2, halo-persist 4x2, ring-rev 5x2 and tree 6x2 (8 rounds
-each) read r mod P over half of block's pace in every round and decided as without it (docs/vmruntime-journal.md,
-sixty-fourth session).
+`behind_share` (half) of block's pace over it, per second and per CPU second of the job, also ends the trial in
+block (block clearly ahead as above, over as many calls), whatever the local trial read. A stretch of the node does
+not read so: steps ran 1.5x as long in its slow stretches, and a ring's round read 1.35 at most. Per CPU second as
+well, because outside load that takes a CPU from r mod P's segments stalls a ring per second more than per CPU
+second of its own (its other CPU stands idle, its preempted rank uses none); groups 5x2 read the same both ways
+(its ranks used 1.9-2.0 of the 2 CPUs in either placement). With it (`behind_share` 0 turns it off with "Clearly
+behind"), in three sets of 8 paired rounds in one manager, groups 5x2 ran 0.92x, 0.95x and 0.96x as long as without
+(faster in 23 of 24), 1.10x, 1.14x and 1.16x as long as `local-block` against 1.21x, 1.19x and 1.20x, its placement
+trial one round (0.37 s) instead of two (0.67 s). Ending it at the first look instead (block and r mod P one
+segment each) gained nothing measurable (8 rounds: 0.92x, 1.11x `local-block`). groups 4x2 and 8x2, halo-persist
+4x2, ring-rev 5x2 and tree 6x2 (8 rounds each) read r mod P over half of block's pace in every round and decided as
+without it. Outside load can still fool a placement trial of one round, with this rule or the older one: rings 4x2
+beside a program that took CPU 0 for 0.1 s of every 0.3 s (nice -10) kept block after one round in 3 of 32 runs,
+each also ahead of a local trial read under the same load (docs/vmruntime-journal.md, sixty-fourth session).
 
 Reverse trial (ours): the idleness that the global queue shows is partly its own making, and an
 imbalanced job is not always faster there. A ring of 4 ranks folded 2 per CPU reads IP 9-19 % there in
@@ -960,12 +965,14 @@ def _block_trial(state: LbdState, calls: float, times: Sequence[float] | None, s
     # trial_margin / 5) ends the trial in block (module docstring: "Clearly ahead"). After one round only if
     # block is also `block_margin` ahead of the local trial's pace in r mod P, read before the trial: a stretch of
     # the node that slowed r mod P's two segments of the round and that read slowed block's first segment too,
-    # which lies between them. Or if r mod P made under `behind_share` of block's pace over the round: no stretch
-    # of this node reads so (a ring's round read at most 1.35), while r mod P right after the global queue read
-    # 4.7-6.8x its pace in the trial (groups 5x2; module docstring: "Far ahead").
+    # which lies between them. Or if r mod P made under `behind_share` of block's pace over the round, per second
+    # and per CPU second of the job: no stretch of this node reads so (a ring's round read at most 1.35), nor does
+    # outside load that stalled r mod P's segments as much per CPU second, while r mod P right after the global
+    # queue read 4.7-6.8x its pace in the trial (groups 5x2; module docstring: "Far ahead").
     # Not on one CPU: a queue trial is two rounds anyway, and one over fewer than `window_calls` calls per rank
     # keeps local queues.
-    far = params.behind_share > 0 and cyclic < block * params.behind_share
+    far = (params.behind_share > 0 and cyclic < block * params.behind_share and c_cpu > 0 and b_cpu > 0
+           and c_calls / c_cpu < b_calls / b_cpu * params.behind_share)  # fmt: skip
     early = segs >= 8 or (segs >= 4 and (far or block > (state.wall_local or inf) * (1 + params.block_margin)))
     clear = (not state.one_cpu and early and not lost and floor and block > cyclic * (1 + params.trial_margin)
              and least >= params.window_calls * params.block_margin / params.trial_margin)  # fmt: skip
