@@ -933,8 +933,8 @@ def _block_trial(state: LbdState, calls: float, times: Sequence[float] | None, s
     `block_margin` more calls per second, if it led in every round, and only over `window_calls` calls per
     rank in each placement and with `wall_floor` of r mod P's calls per CPU second; from the first round on,
     block clearly ahead (`trial_margin`, over a quarter of those calls; after one round only if `block_margin`
-    ahead of the local trial's pace too, or r mod P under `behind_share` of block's) ends it in block (not on one
-    CPU).
+    ahead of the local trial's pace too, or r mod P under `behind_share` of block's per second and per CPU second)
+    ends it in block (not on one CPU).
     Then the global trial, from this read, against the pace kept. On one CPU the same segments compare local
     queues (r mod P's side, first in each round) with the global queue (block's), and the trial ends there
     (module docstring: "Queue trial on one CPU")."""
@@ -966,9 +966,9 @@ def _block_trial(state: LbdState, calls: float, times: Sequence[float] | None, s
     # block is also `block_margin` ahead of the local trial's pace in r mod P, read before the trial: a stretch of
     # the node that slowed r mod P's two segments of the round and that read slowed block's first segment too,
     # which lies between them. Or if r mod P made under `behind_share` of block's pace over the round, per second
-    # and per CPU second of the job: no stretch of this node reads so (a ring's round read at most 1.35), nor does
-    # outside load that stalled r mod P's segments as much per CPU second, while r mod P right after the global
-    # queue read 4.7-6.8x its pace in the trial (groups 5x2; module docstring: "Far ahead").
+    # and per CPU second of the job: no stretch of this node reads so (a ring's round read at most 1.35), outside
+    # load that stalls r mod P's segments slows them less per CPU second than per second, and r mod P right after
+    # the global queue read 4.7-6.8x its pace in the trial (groups 5x2; module docstring: "Far ahead").
     # Not on one CPU: a queue trial is two rounds anyway, and one over fewer than `window_calls` calls per rank
     # keeps local queues.
     far = (params.behind_share > 0 and cyclic < block * params.behind_share and c_cpu > 0 and b_cpu > 0
