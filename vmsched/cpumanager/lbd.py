@@ -954,7 +954,9 @@ def _block_trial(state: LbdState, calls: float, times: Sequence[float] | None, s
     (c_calls, b_calls), (c_wall, b_wall), (c_cpu, b_cpu) = look
     cyclic, block = c_calls / c_wall if c_wall > 0 else 0.0, b_calls / b_wall if b_wall > 0 else 0.0
     least = min(c_calls, b_calls) / len(times)  # calls per rank in the placement that made fewer
-    floor = c_cpu > 0 and b_cpu > 0 and b_calls / b_cpu >= c_calls / c_cpu * params.wall_floor
+    # Each placement's calls per CPU second of the job (r mod P, block), once both have CPU seconds.
+    per_cpu = (c_calls / c_cpu, b_calls / b_cpu) if c_cpu > 0 and b_cpu > 0 else None
+    floor = per_cpu is not None and per_cpu[1] >= per_cpu[0] * params.wall_floor
     behind, lost = block < cyclic * (1 - params.trial_margin), state.rounds_lost
     if segs % 4 == 0:  # a round's end: did block lead in this round of its own? (none may be lost to keep it)
         (c0, b0), (cw0, bw0), _ = state.round_base
@@ -971,8 +973,8 @@ def _block_trial(state: LbdState, calls: float, times: Sequence[float] | None, s
     # the global queue read 4.7-6.8x its pace in the trial (groups 5x2; module docstring: "Far ahead").
     # Not on one CPU: a queue trial is two rounds anyway, and one over fewer than `window_calls` calls per rank
     # keeps local queues.
-    far = (params.behind_share > 0 and cyclic < block * params.behind_share and c_cpu > 0 and b_cpu > 0
-           and c_calls / c_cpu < b_calls / b_cpu * params.behind_share)  # fmt: skip
+    far = (params.behind_share > 0 and cyclic < block * params.behind_share and per_cpu is not None
+           and per_cpu[0] < per_cpu[1] * params.behind_share)  # fmt: skip
     early = segs >= 8 or (segs >= 4 and (far or block > (state.wall_local or inf) * (1 + params.block_margin)))
     clear = (not state.one_cpu and early and not lost and floor and block > cyclic * (1 + params.trial_margin)
              and least >= params.window_calls * params.block_margin / params.trial_margin)  # fmt: skip
@@ -990,7 +992,7 @@ def _block_trial(state: LbdState, calls: float, times: Sequence[float] | None, s
     kept = not behind and not lost and fair and block > cyclic * (1 + params.block_margin)
     if state.one_cpu:
         return _queue_end(state, kept, (c_calls, c_wall, c_cpu), (b_calls, b_wall, b_cpu), more, params)
-    rate = (b_calls / b_cpu if kept else c_calls / c_cpu) if b_cpu > 0 and c_cpu > 0 else state.rate_local
+    rate = per_cpu[kept] if per_cpu is not None else state.rate_local
     end = replace(state, block=kept, block_quanta=0, wall_block=block, wall_cyclic=cyclic,  # type: ignore[arg-type]
                   wall_local=block if kept else cyclic, rate_local=rate, **more)  # fmt: skip
     return _global_start(end, times, calls, idle, now, params)
