@@ -79,7 +79,8 @@ class CpuManagerConfig:
     lbd_global_trial: bool = True  # a kept local trial is followed by one on the decided global queue
     lbd_placement_trial: bool = True  # ... and before it, by one in a block placement (rank r on CPU r * P / N)
     lbd_placement_margin: float = 0.05  # ... kept with this much more progress per second (over segments of each)
-    lbd_behind_share: float = 0.5  # a local trial under this share of its window's pace, 50 calls per rank in, fails
+    lbd_behind_share: float = 0.5  # a local trial under this share of its window's pace, 50 calls per rank in, fails;
+    # r mod P under this share of block's pace ends a placement trial after one round (lbd.py: "Far ahead")
     lbd_queue_trial: bool = True  # on one CPU, local queues are tried against the global queue so too
     lbd_sparse_global: bool = True  # a job whose MPI calls are too sparse for a trial to read stays global
     lbd_quick_window: bool = True  # a busy job's first window opens at once; only a balanced reading of it decides

@@ -530,6 +530,7 @@ class LbdParams:
     trial_margin: float = 0.20
     behind_share: float = 0.5  # a local trial under this share of its window's calls per CPU second ...
     behind_calls: float = 50.0  # ... over this many calls per rank has failed already ("Clearly behind")
+    # (behind_share also: r mod P under that share of block's pace ends a placement trial after one round, "Far ahead")
     read_at_calls: bool = True  # a local trial fails only where its calls per rank pass a multiple of behind_calls
     wall_margin: float = 0.05  # a reverse trial also keeps local queues with this much more progress per second
     wall_floor: float = 0.90  # ... if they made at least this share of the global window's progress per CPU second
