@@ -55,6 +55,7 @@ def test_precedence_and_instances(tmp_path, monkeypatch):
         ("[cpumanager]\nlbd_placement_margin = -0.1\n", "lbd_placement_margin must be >= 0"),
         ("[cpumanager]\nlbd_behind_share = 1\n", "lbd_behind_share must be >= 0 and < 1"),
         ("[cpumanager]\nlbd_behind_share = -0.5\n", "lbd_behind_share must be >= 0 and < 1"),
+        ("[cpumanager]\nlbd_uneven_load = 1.5\n", "lbd_uneven_load must be >= 0 and < 1"),
     ],
 )
 def test_bad_config_values(tmp_path, text, needle):

@@ -1250,6 +1250,39 @@ def test_outside_load_that_stalls_r_mod_p_in_the_first_round_does_not_read_as_bl
     assert not end.block and end.block_segs == 8 and end.rounds_lost  # the second round, which block lost
 
 
+@pytest.mark.parametrize(("block", "loaded", "uneven", "kept", "segs", "void"), [
+    (0.7, range(1), 0.075, False, 8, 1),  # a ring: the loaded round is left out, the next (lost) ends it in r mod P
+    (0.7, range(1), 0.0, True, 4, 0),  # `uneven_load` 0 turns it off: block kept after the loaded round
+    (1.3, range(9), 0.075, False, 12, 2),  # loaded in every round: left out twice, then over in r mod P
+    (1.3, (), 0.075, True, 4, 0),  # no outside load: the shares alike, block clearly ahead after one round
+])  # fmt: skip
+def test_a_round_block_led_while_outside_load_took_r_mod_ps_cpus_is_left_out(
+    block: float, loaded: range | tuple, uneven: float, kept: bool, segs: int, void: int
+) -> None:
+    """Other processes that take the partition's CPUs in r mod P's segments of a round (a program busy on CPU 0
+    for 0.1 s of every 0.3 s at nice -10 beside a ring 4x2: r mod P's segments had 1.55-1.72 of the 2 CPUs,
+    block's 1.80-1.98) slow a ring several times as far as its share; block, slower over whole runs, then leads
+    that round, and was kept after it in 3 of 32 runs. A round that block led with r mod P's share `uneven_load`
+    of the partition under block's is left out: the trial runs another, up to as many as it has, and ends in r
+    mod P after the last. Here the loaded segments' ranks have half their CPU (the CPUs' other half went to the
+    outside program, not idle) and make 0.3 of their calls per CPU second."""
+    ranks = shares(0.02)
+    state = placement_trial_start(12)
+    rounds = [range(trial_quanta(4 * k + 1), trial_quanta(4 * k + 3)) for k in range(3)]  # r mod P's segments
+    stalled = {q for k in loaded for q in (rounds[k] if k < 3 else ())}
+    states = drive(lambda q: [r * 0.5 for r in ranks] if q in stalled else ranks, trial_quanta(12) + 5, state=state,
+                   speed=lambda local: HALO, clock=True, block=block, node=lambda q: 0.3 if q in stalled else 1.0,
+                   idle=lambda local: 0.0, ncpus=2, params=replace(P, uneven_load=uneven))  # fmt: skip
+    end = next(s for s in states if not s.block_quanta)
+    assert end.block is kept and end.block_segs == segs and end.rounds_void == void
+    if loaded and not kept:  # block read far ahead over the loaded round, per second and per CPU second
+        (c_calls, b_calls), (c_wall, b_wall), (c_cpu, b_cpu) = next(s for s in states if s.block_segs == 3).look
+        assert c_calls / c_cpu < 0.5 * b_calls / b_cpu
+    if void == 1:  # the round left out: the pace kept is the clean round's
+        assert end.wall_cyclic == pytest.approx(HALO * sum(ranks), rel=0.02)
+    assert end.global_quanta == 1  # the global trial follows, as after any placement trial
+
+
 def test_without_the_placement_trial_the_global_trial_follows_the_local_trial() -> None:
     params = replace(P, block_trial=False)
     states = drive(lambda q: shares(0.02), 400, params=params, speed=lambda local: HALO, decided=HALO * 0.9,

@@ -85,6 +85,9 @@ class CpuManagerConfig:
     lbd_sparse_global: bool = True  # a job whose MPI calls are too sparse for a trial to read stays global
     lbd_quick_window: bool = True  # a busy job's first window opens at once; only a balanced reading of it decides
     lbd_read_at_calls: bool = True  # a local trial fails only where its calls pass a multiple of 50 per rank
+    # A placement trial leaves out a round block led where r mod P's segments had this share of the partition's
+    # CPUs less than block's (outside load took them; lbd.py: "Uneven load"); 0: off
+    lbd_uneven_load: float = 0.075
     default_queue: str = "lbd"  # lbd | local | global
     # Each job's ranks in a CPU cgroup of their own where the kernel would schedule each as its own
     # autogroup (vmsched/cpumanager/cpugroups.py); needs root and the cgroup cpu controller. Off by
@@ -269,6 +272,8 @@ def load_config(
         raise ConfigError("lbd_placement_margin must be >= 0")
     if not 0 <= cm.lbd_behind_share < 1:
         raise ConfigError("lbd_behind_share must be >= 0 and < 1")
+    if not 0 <= cm.lbd_uneven_load < 1:
+        raise ConfigError("lbd_uneven_load must be >= 0 and < 1")
     if cfg.cpumanager.default_queue not in ("lbd", "local", "global"):
         raise ConfigError("default_queue must be lbd, local or global")
     if cfg.slurm.max_mpl < 1:

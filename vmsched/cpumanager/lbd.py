@@ -307,9 +307,33 @@ behind"), in three sets of 8 paired rounds in one manager, groups 5x2 ran 0.92x,
 trial one round (0.37 s) instead of two (0.67 s). Ending it at the first look instead (block and r mod P one
 segment each) gained nothing measurable (8 rounds: 0.92x, 1.11x `local-block`). groups 4x2 and 8x2, halo-persist
 4x2, ring-rev 5x2 and tree 6x2 (8 rounds each) read r mod P over half of block's pace in every round and decided as
-without it. Outside load can still fool a placement trial of one round, with this rule or the older one: rings 4x2
+without it. Outside load could still fool a placement trial of one round, with this rule or the older one: rings 4x2
 beside a program that took CPU 0 for 0.1 s of every 0.3 s (nice -10) kept block after one round in 3 of 32 runs,
-each also ahead of a local trial read under the same load (docs/vmruntime-journal.md, sixty-fourth session).
+each also ahead of a local trial read under the same load (docs/vmruntime-journal.md, sixty-fourth session; below).
+
+Uneven load (ours, 2026-12-07, sixty-fifth session): what the job's CPU seconds do not hold of its partition's
+(its ranks' time and its idle CPUs', per second of a placement's segments), other processes took. In those rings'
+trials, and in a fourth such run of 24 in this session, r mod P's segments had 1.56-1.78 of the 2 CPUs over the
+round that kept block and block's 1.77-1.98 (0.20-0.28 of a CPU apart), while block read 1.32-2.17x r mod P's pace
+per second over it: a ring stalls whole while one of its ranks waits for a CPU, so its pace falls several times as
+far as its share, and per CPU second does not make up for it (its other CPU stands idle, and counts). So a round
+that block led, with r mod P's share over `uneven_load` (0.075) of the partition's CPUs under block's, is left out:
+its calls, seconds and CPU seconds are taken out of both sums, and another round runs, up to as many as the trial
+has; one more such round after those ends the trial in r mod P, the placement every decision starts from. A round
+that block did not lead, or was behind over, ends the trial in r mod P as before (block's segments short of CPU
+make block read slower, which keeps the placement the job is in), and the first look, which only ends in r mod P,
+is not concerned. Unloaded, the placements' shares over 59 traced first rounds (groups 5x2, halo-persist 4x2,
+ring-rev 4x2) were at most 0.07 apart (r mod P under block by 0.06 at most), and in 32 unloaded runs of groups 5x2 and
+halo-persist 4x2 with it no round was left out (their decisions as without it). In one set of groups 5x2 runs in
+which both placements read 1.45-1.89 (something else ran on the node), 2 of 17 first rounds were 0.16 and 0.29
+apart and would have been left out: a round more each. With the load on CPU 0 for 0.1 s of every 0.4 s, rings 4x2
+kept block in 11 of 24 runs without it and in none with it, and ran 0.935x as long with it (paired, 24 ABBA rounds
+in one manager; 1.076x and 1.126x `local`); of every 0.3 s, 1.023x (block kept in none either way). It costs the
+programs that block suits a little under such load: halo-persist 4x2 ran 1.025x and 1.003x as long with it (12
+rounds each), block kept in 8 and 1 of 12 runs with it against 10 and 2 without (a round left out because r mod P
+was short, then one whose block segments were short, which block did not lead); groups 5x2 0.981x (block kept in
+11 of 12, the twelfth's local trial failed, against 12). Figures: docs/vmruntime-journal.md, sixty-fifth session.
+Needs the partition's idle time (none without it). `lbd_uneven_load = 0` turns it off.
 
 Reverse trial (ours): the idleness that the global queue shows is partly its own making, and an
 imbalanced job is not always faster there. A ring of 4 ranks folded 2 per CPU reads IP 9-19 % there in
@@ -546,6 +570,7 @@ class LbdParams:
     block_margin: float = 0.05  # ... and keeps it with this much more progress per second
     look_quanta: int = 3  # ... read over segments this long (after a quantum to switch), block and r mod P in turn
     move_settle_s: float = 0.08  # ... after this long where a segment moves ranks (else after one quantum)
+    uneven_load: float = 0.075  # ... a round whose placements had shares of the partition this far apart is void
     queue_trial: bool = True  # on one CPU, local queues are tried against the global queue by such segments
     move_margin: float = 0.15  # a move by a stalled CPU is undone where the stalled read was this much faster
     sparse_global: bool = True  # a job too sparse in MPI calls for any trial to read stays on the global queue
@@ -609,6 +634,7 @@ class LbdState:
     look: tuple[tuple[float, float], ...] = ((0.0, 0.0), (0.0, 0.0), (0.0, 0.0))
     round_base: tuple[tuple[float, float], ...] = look  # ... as they were when the running round began
     rounds_lost: int = 0  # its rounds in which block (one CPU: the global queue) made no more calls per second
+    rounds_void: int = 0  # ... and those left out, outside load having taken unequal shares of the partition
     wall_block: float | None = None  # MPI calls per second of wall time in block over the last placement trial
     wall_cyclic: float | None = None  # ... in r mod P over it
     moved: bool = False  # the watch changed the placement since the last decision (a CPU stalled): once only
@@ -921,11 +947,25 @@ def _block_start(state: LbdState, times: Sequence[float], calls: float, idle: fl
     """Local queues kept by their trial in r mod P: try both placements in turn, block first, from this read
     (module docstring: "Placement trial")."""
     return _trial_from(state, times, calls, idle, now, block=True, block_quanta=1, block_segs=0,
-                       look=LbdState.look, round_base=LbdState.look, rounds_lost=0)  # fmt: skip
+                       look=LbdState.look, round_base=LbdState.look, rounds_lost=0,
+                       rounds_void=0)  # fmt: skip
+
+
+def _uneven(look: tuple[tuple[float, float], ...], base: tuple[tuple[float, float], ...], ncpus: int | None,
+            idle: bool, params: LbdParams) -> bool:  # fmt: skip
+    """Whether r mod P's side of a trial's look since `base` had a share of the partition (the job's CPU seconds,
+    its ranks' and its idle CPUs', per second of its own) over `uneven_load` of its `ncpus` CPUs under block's
+    side: what the job did not have, outside load took (module docstring: "Uneven load"). Never without the
+    partition's idle time, which the job's share needs (ranks that sleep leave their CPUs idle)."""
+    if not params.uneven_load or not ncpus or not idle:
+        return False
+    (_, (cw, bw), (cc, bc)), (_, (cw0, bw0), (cc0, bc0)) = look, base
+    c_wall, b_wall = cw - cw0, bw - bw0
+    return c_wall > 0 and b_wall > 0 and (bc - bc0) / b_wall - (cc - cc0) / c_wall > params.uneven_load * ncpus
 
 
 def _block_trial(state: LbdState, calls: float, times: Sequence[float] | None, since: int, params: LbdParams,
-                 idle: float | None, now: float | None) -> LbdState:  # fmt: skip
+                 idle: float | None, now: float | None, ncpus: int | None = None) -> LbdState:  # fmt: skip
     """One quantum of a placement trial: rounds of four segments, in the order block, r mod P, r mod P, block,
     each a quantum to switch (`move_settle_s` where it moves ranks) and `look_quanta` quanta read, each
     placement's MPI calls, seconds and CPU seconds summed over its segments (module docstring: "Placement
@@ -938,7 +978,10 @@ def _block_trial(state: LbdState, calls: float, times: Sequence[float] | None, s
     ends it in block (not on one CPU).
     Then the global trial, from this read, against the pace kept. On one CPU the same segments compare local
     queues (r mod P's side, first in each round) with the global queue (block's), and the trial ends there
-    (module docstring: "Queue trial on one CPU")."""
+    (module docstring: "Queue trial on one CPU"). A round that block led, in which outside load took
+    `uneven_load` more of the partition's `ncpus` CPUs from r mod P's side than from block's, is left out: the
+    trial runs a round more, up to as many as it has, and after the last one ends on r mod P's side (module
+    docstring: "Uneven load")."""
     q, settle = state.block_quanta, _settle(state, params)
     read = times is not None and now is not None
     # The quanta of the switch are left out: the segment is read from here. (So is a segment read across a
@@ -958,10 +1001,23 @@ def _block_trial(state: LbdState, calls: float, times: Sequence[float] | None, s
     # Each placement's calls per CPU second of the job (r mod P, block), once both have CPU seconds.
     per_cpu = (c_calls / c_cpu, b_calls / b_cpu) if c_cpu > 0 and b_cpu > 0 else None
     floor = per_cpu is not None and per_cpu[1] >= per_cpu[0] * params.wall_floor
-    behind, lost = block < cyclic * (1 - params.trial_margin), state.rounds_lost
+    behind, lost, void = block < cyclic * (1 - params.trial_margin), state.rounds_lost, state.rounds_void
+    # As many quanta each way as the local trial had, in whole rounds of four segments (ABBA: a pace that
+    # drifts steadily through the trial favours neither placement), judged at the end of each round.
+    rounds = -(-_global_len(state, params) // (2 * params.look_quanta))
+    spent = False  # as many rounds left out as the trial has: it ends in r mod P
     if segs % 4 == 0:  # a round's end: did block lead in this round of its own? (none may be lost to keep it)
         (c0, b0), (cw0, bw0), _ = state.round_base
-        lost += (b_calls - b0) * (c_wall - cw0) <= (c_calls - c0) * (b_wall - bw0)
+        led = (b_calls - b0) * (c_wall - cw0) > (c_calls - c0) * (b_wall - bw0)
+        # A round that block led where outside load took more of the partition from r mod P's segments than from
+        # block's is left out, and one more runs: a ring's pace falls several times as far as its share (module
+        # docstring: "Uneven load"). One that block did not lead, or was behind over, ends the trial as before.
+        if led and not behind and _uneven(look, state.round_base, ncpus, idle is not None, params):
+            if void < rounds:
+                more.update(_segment(state, _opens(segs)), look=state.round_base, rounds_void=void + 1)
+                return _trial_from(state, times, calls, idle, now, block_quanta=1, **more)
+            spent = True
+        lost += not led
         more.update(round_base=look, rounds_lost=lost)
     # Clearly ahead: from the first round on, `trial_margin` ahead over calls enough for that margin (a phase more
     # or less at each end moves the pace by up to 2 / calls: window_calls bound it to block_margin / 5, these to
@@ -976,21 +1032,19 @@ def _block_trial(state: LbdState, calls: float, times: Sequence[float] | None, s
     # keeps local queues.
     far = (params.behind_share > 0 and cyclic < block * params.behind_share and per_cpu is not None
            and per_cpu[0] < per_cpu[1] * params.behind_share)  # fmt: skip
-    early = segs >= 8 or (segs >= 4 and (far or block > (state.wall_local or inf) * (1 + params.block_margin)))
+    done = segs // 4 - void  # rounds read (at a round's end)
+    early = done >= 2 or (done >= 1 and (far or block > (state.wall_local or inf) * (1 + params.block_margin)))
     clear = (not state.one_cpu and early and not lost and floor and block > cyclic * (1 + params.trial_margin)
              and least >= params.window_calls * params.block_margin / params.trial_margin)  # fmt: skip
-    # As many quanta each way as the local trial had, in whole rounds of four segments (ABBA: a pace that
-    # drifts steadily through the trial favours neither placement), judged at the end of each round.
-    rounds = -(-_global_len(state, params) // (2 * params.look_quanta))
     # A first look: block `trial_margin` behind after one segment each way, both read once settled, ends it too
     # (a ring; module docstring: "Settling after a move"). Not on one CPU, whose trial is two rounds anyway.
     first = segs == 2 and behind and not state.one_cpu
     # (After a lost round block can no longer be kept.)
-    if (segs % 4 and not first) or not (behind or lost or clear or segs >= 4 * rounds):
+    if (segs % 4 and not first) or not (spent or behind or lost or clear or done >= rounds):
         more.update(_segment(state, _opens(segs)))
         return _trial_from(state, times, calls, idle, now, block_quanta=1, **more)
     fair = clear or (least >= params.window_calls and floor)
-    kept = not behind and not lost and fair and block > cyclic * (1 + params.block_margin)
+    kept = not spent and not behind and not lost and fair and block > cyclic * (1 + params.block_margin)
     if state.one_cpu:
         return _queue_end(state, kept, (c_calls, c_wall, c_cpu), (b_calls, b_wall, b_cpu), more, params)
     rate = per_cpu[kept] if per_cpu is not None else state.rate_local
@@ -1151,7 +1205,8 @@ def _queue_start(state: LbdState, fell: bool = False) -> LbdState:
     (module docstring: "Queue trial on one CPU"); the first quantum of each segment switches and reads the
     bases. `fell`: tried again because the job's progress fell."""
     return replace(state, local=True, block_quanta=1, block_segs=0, look=LbdState.look, round_base=LbdState.look,
-                   rounds_lost=0, since_decision=0, base_user=(), watch=None, watch_low=False, fell=fell)  # fmt: skip
+                   rounds_lost=0, rounds_void=0, since_decision=0, base_user=(), watch=None, watch_low=False,
+                   fell=fell)  # fmt: skip
 
 
 def _kept_pace(state: LbdState) -> LbdState:
@@ -1231,7 +1286,7 @@ def lbd_step(
                 if state.block_quanta:  # a queue trial: no counts to judge it by ends it on the queue it had
                     if calls is None:
                         return replace(state, local=not state.global_faster, block_quanta=0, since_decision=since)
-                    return _block_trial(state, calls, user_times, since, params, idle, now)
+                    return _block_trial(state, calls, user_times, since, params, idle, now, ncpus)
                 if params.queue_trial and calls is not None:  # tried again periodically, or when its pace falls
                     return _one_cpu_watch(state, calls, user_times, idle, now, since, params)
                 return state
@@ -1254,7 +1309,7 @@ def lbd_step(
     if state.phase == LBD_DECIDED and state.block_quanta:
         if calls is None:  # no counts to judge it by: r mod P
             return replace(state, block=False, block_quanta=0, since_decision=since)
-        return _block_trial(state, calls, user_times, since, params, idle, now)
+        return _block_trial(state, calls, user_times, since, params, idle, now, ncpus)
     if state.phase == LBD_DECIDED and (state.local or state.hold_global):
         watched = _watching(state, params, since) and user_times is not None and calls is not None and now is not None
         cpu = job_cpu_now(user_times, idle) if watched else None  # type: ignore[arg-type]

@@ -93,6 +93,7 @@ def lbd_params(cm: CpuManagerConfig) -> LbdParams:
                      block_margin=cm.lbd_placement_margin, behind_share=cm.lbd_behind_share,
                      queue_trial=cm.lbd_queue_trial, sparse_global=cm.lbd_sparse_global,
                      quick_window=cm.lbd_quick_window, read_at_calls=cm.lbd_read_at_calls,
+                     uneven_load=cm.lbd_uneven_load,
                      quantum_s=cm.quantum_ms / 1000)  # fmt: skip
 
 
