@@ -1283,6 +1283,22 @@ def test_a_round_block_led_while_outside_load_took_r_mod_ps_cpus_is_left_out(
     assert end.global_quanta == 1  # the global trial follows, as after any placement trial
 
 
+@pytest.mark.parametrize(("uneven", "kept", "void"), [(0.075, False, 2), (0.0, True, 0)])
+def test_on_one_cpu_a_round_the_global_queue_led_while_outside_load_took_local_queues_cpu_is_left_out(
+    uneven: float, kept: bool, void: int
+) -> None:
+    """The queue trial on one CPU is the placement trial's segments, local queues on r mod P's side: a ring there
+    (2x slower on the global queue) whose local segments other processes took half the CPU from, every round, reads
+    the global queue ahead in each; those rounds are left out, and after as many as the trial has it ends on local
+    queues. Without the rule it keeps the global queue."""
+    loaded = {q for k in range(40) if k % 4 in (0, 3) for q in range(4 * k, 4 * k + 1 + P.look_quanta)}
+    states = drive(lambda q: [r * 0.5 for r in ONE_CPU] if q in loaded else ONE_CPU, 80,
+                   speed=lambda local: HALO if local else HALO * 0.5, clock=True, ncpus=1, idle=lambda local: 0.0,
+                   node=lambda q: 0.3 if q in loaded else 1.0, params=replace(P, uneven_load=uneven))  # fmt: skip
+    end = next(s for s in states if not s.block_quanta)
+    assert end.queue_local is not kept and end.global_faster is kept and end.rounds_void == void
+
+
 def test_without_the_placement_trial_the_global_trial_follows_the_local_trial() -> None:
     params = replace(P, block_trial=False)
     states = drive(lambda q: shares(0.02), 400, params=params, speed=lambda local: HALO, decided=HALO * 0.9,

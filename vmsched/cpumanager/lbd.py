@@ -333,7 +333,9 @@ programs that block suits a little under such load: halo-persist 4x2 ran 1.025x 
 rounds each), block kept in 8 and 1 of 12 runs with it against 10 and 2 without (a round left out because r mod P
 was short, then one whose block segments were short, which block did not lead); groups 5x2 0.981x (block kept in
 11 of 12, the twelfth's local trial failed, against 12). Figures: docs/vmruntime-journal.md, sixty-fifth session.
-Needs the partition's idle time (none without it). `lbd_uneven_load = 0` turns it off.
+On one CPU the same holds for the queue trial, local queues on r mod P's side (a round the global queue led while
+local queues' segments were short of the CPU). Needs the partition's idle time (none without it). `lbd_uneven_load =
+0` turns it off.
 
 Reverse trial (ours): the idleness that the global queue shows is partly its own making, and an
 imbalanced job is not always faster there. A ring of 4 ranks folded 2 per CPU reads IP 9-19 % there in
@@ -570,7 +572,7 @@ class LbdParams:
     block_margin: float = 0.05  # ... and keeps it with this much more progress per second
     look_quanta: int = 3  # ... read over segments this long (after a quantum to switch), block and r mod P in turn
     move_settle_s: float = 0.08  # ... after this long where a segment moves ranks (else after one quantum)
-    uneven_load: float = 0.075  # ... a round whose placements had shares of the partition this far apart is void
+    uneven_load: float = 0.075  # ... a round block led with r mod P's share of the CPUs this much under is left out
     queue_trial: bool = True  # on one CPU, local queues are tried against the global queue by such segments
     move_margin: float = 0.15  # a move by a stalled CPU is undone where the stalled read was this much faster
     sparse_global: bool = True  # a job too sparse in MPI calls for any trial to read stays on the global queue
@@ -634,7 +636,7 @@ class LbdState:
     look: tuple[tuple[float, float], ...] = ((0.0, 0.0), (0.0, 0.0), (0.0, 0.0))
     round_base: tuple[tuple[float, float], ...] = look  # ... as they were when the running round began
     rounds_lost: int = 0  # its rounds in which block (one CPU: the global queue) made no more calls per second
-    rounds_void: int = 0  # ... and those left out, outside load having taken unequal shares of the partition
+    rounds_void: int = 0  # ... and those left out: block led, outside load having taken r mod P's CPUs ("Uneven load")
     wall_block: float | None = None  # MPI calls per second of wall time in block over the last placement trial
     wall_cyclic: float | None = None  # ... in r mod P over it
     moved: bool = False  # the watch changed the placement since the last decision (a CPU stalled): once only
