@@ -953,21 +953,20 @@ def _block_start(state: LbdState, times: Sequence[float], calls: float, idle: fl
                        rounds_void=0)  # fmt: skip
 
 
-def _uneven(look: tuple[tuple[float, float], ...], base: tuple[tuple[float, float], ...], ncpus: int | None,
-            idle: bool, params: LbdParams) -> bool:  # fmt: skip
-    """Whether r mod P's side of a trial's look since `base` had a share of the partition (the job's CPU seconds,
-    its ranks' and its idle CPUs', per second of its own) over `uneven_load` of its `ncpus` CPUs under block's
-    side: what the job did not have, outside load took (module docstring: "Uneven load"). Never without the
-    partition's idle time, which the job's share needs (ranks that sleep leave their CPUs idle)."""
-    if not params.uneven_load or not ncpus or not idle:
+def _uneven(wall: tuple[float, float], cpu: tuple[float, float], ncpus: int | None, idle: bool,
+            params: LbdParams) -> bool:  # fmt: skip
+    """Whether, over a round's seconds and the job's CPU seconds in it (each as (r mod P, block)), r mod P's side
+    had a share of the partition (the job's CPU seconds, its ranks' and its idle CPUs', per second of its own) over
+    `uneven_load` of its `ncpus` CPUs under block's side: what the job did not have, outside load took (module
+    docstring: "Uneven load"). Never without the partition's idle time, which the job's share needs (ranks that
+    sleep leave their CPUs idle)."""
+    if not params.uneven_load or not ncpus or not idle or min(wall) <= 0:
         return False
-    (_, (cw, bw), (cc, bc)), (_, (cw0, bw0), (cc0, bc0)) = look, base
-    c_wall, b_wall = cw - cw0, bw - bw0
-    return c_wall > 0 and b_wall > 0 and (bc - bc0) / b_wall - (cc - cc0) / c_wall > params.uneven_load * ncpus
+    return cpu[1] / wall[1] - cpu[0] / wall[0] > params.uneven_load * ncpus
 
 
 def _block_trial(state: LbdState, calls: float, times: Sequence[float] | None, since: int, params: LbdParams,
-                 idle: float | None, now: float | None, ncpus: int | None = None) -> LbdState:  # fmt: skip
+                 idle: float | None, now: float | None, ncpus: int | None) -> LbdState:  # fmt: skip
     """One quantum of a placement trial: rounds of four segments, in the order block, r mod P, r mod P, block,
     each a quantum to switch (`move_settle_s` where it moves ranks) and `look_quanta` quanta read, each
     placement's MPI calls, seconds and CPU seconds summed over its segments (module docstring: "Placement
@@ -1009,12 +1008,13 @@ def _block_trial(state: LbdState, calls: float, times: Sequence[float] | None, s
     rounds = -(-_global_len(state, params) // (2 * params.look_quanta))
     spent = False  # as many rounds left out as the trial has: it ends in r mod P
     if segs % 4 == 0:  # a round's end: did block lead in this round of its own? (none may be lost to keep it)
-        (c0, b0), (cw0, bw0), _ = state.round_base
-        led = (b_calls - b0) * (c_wall - cw0) > (c_calls - c0) * (b_wall - bw0)
+        (c0, b0), (cw0, bw0), (cc0, bc0) = state.round_base
+        walls = (c_wall - cw0, b_wall - bw0)  # the round's seconds in each placement
+        led = (b_calls - b0) * walls[0] > (c_calls - c0) * walls[1]
         # A round that block led where outside load took more of the partition from r mod P's segments than from
         # block's is left out, and one more runs: a ring's pace falls several times as far as its share (module
         # docstring: "Uneven load"). One that block did not lead, or was behind over, ends the trial as before.
-        if led and not behind and _uneven(look, state.round_base, ncpus, idle is not None, params):
+        if led and not behind and _uneven(walls, (c_cpu - cc0, b_cpu - bc0), ncpus, idle is not None, params):
             if void < rounds:
                 more.update(_segment(state, _opens(segs)), look=state.round_base, rounds_void=void + 1)
                 return _trial_from(state, times, calls, idle, now, block_quanta=1, **more)
